@@ -1,0 +1,262 @@
+"""The only module that imports llama_cpp: one GGUF model in one llama.cpp context.
+
+`LlamaModel` is thin. It owns the model, context and batch and frees them in
+reverse order, turns every failing return code into a `BackendError`, and
+exposes just what the decoder needs (the `Model` protocol in decoder.py):
+eval a run of tokens at a position with logits on chosen rows, trim the cache,
+tokenize, turn a token into bytes, end-of-generation facts.
+
+Logits come back as a numpy *view* of llama.cpp's own buffer, shape
+(n_rows, n_vocab): no copy. It is valid only until the next eval on the same
+context; callers read what they need before that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from .errors import BackendError, ModelFileError
+
+log = logging.getLogger("edgespec.llama")
+_init_lock = threading.Lock()
+_initialised = False
+_gpu_warned = False
+
+# ggml log levels -> logging levels (5 = continue previous line)
+_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_last_level = logging.DEBUG
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    global _last_level
+    lvl = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
+    _last_level = lvl
+    # llama.cpp's warnings are chatty on load; everything goes to DEBUG unless it is an error.
+    msg = text.decode("utf-8", "replace").rstrip("\n")
+    if msg:
+        log.log(logging.ERROR if lvl >= logging.ERROR else logging.DEBUG, "%s", msg)
+
+
+def _init() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+
+
+def supports_gpu_offload() -> bool:
+    _init()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def gpu_fallback_warning(n_gpu_layers: int) -> str | None:
+    """The one-time message when offload is asked of a CPU-only build."""
+    global _gpu_warned
+    if n_gpu_layers <= 0 or supports_gpu_offload() or _gpu_warned:
+        return None
+    _gpu_warned = True
+    return (
+        "this llama-cpp-python build has no GPU offload, running on the CPU; rebuild it with "
+        "CMAKE_ARGS='-DGGML_CUDA=on' (NVIDIA) or '-DGGML_METAL=on' (Apple): "
+        "CMAKE_ARGS=... pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36"
+    )
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except ImportError:  # psutil is a dependency; this only guards odd installs
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaModel:
+    """One model with one context (one sequence)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        threads: int | None = None,
+        n_batch: int = 512,
+    ) -> None:
+        _init()
+        self.path = str(path)
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        if not self._model:
+            raise ModelFileError(f"llama.cpp could not load {self.path}; check it is a complete GGUF model file")
+        self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() else 0
+        threads = threads or default_threads()
+        n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise BackendError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}; try a smaller --n-ctx")
+        self.threads = threads
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = n_batch
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._eog = np.array(
+            [bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)]
+        )
+        self.eog_ids = frozenset(int(t) for t in np.flatnonzero(self._eog))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    # -- lifetimes -------------------------------------------------------------
+    def close(self) -> None:
+        """Free batch, then context, then model (the context refers to the model)."""
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: llama_cpp may already be gone
+            pass
+
+    # -- evaluation ------------------------------------------------------------
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
+        """Decode `tokens` at positions pos.. and return logits rows.
+
+        Rows are returned for tokens[logits_from:] (None: no logits, an empty
+        array). Longer runs are split into n_batch chunks; only the last chunk
+        may carry logits, so `len(tokens) - logits_from` must be <= n_batch.
+        """
+        n = len(tokens)
+        if n == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        if pos + n > self.n_ctx:
+            raise BackendError(f"internal: eval past the context ({pos + n} > {self.n_ctx})")
+        start = 0
+        n_out = 0
+        while start < n:
+            end = min(n, start + self.n_batch)
+            n_out = self._decode(tokens, start, end, pos, logits_from)
+            start = end
+        if logits_from is None:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        if not ptr:
+            raise BackendError("llama.cpp returned no logits")
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def _decode(self, tokens: Sequence[int], start: int, end: int, pos: int, logits_from: int | None) -> int:
+        b = self._batch
+        n_out = 0
+        for j, i in enumerate(range(start, end)):
+            b.token[j] = tokens[i]
+            b.pos[j] = pos + i
+            b.n_seq_id[j] = 1
+            b.seq_id[j][0] = 0
+            out = logits_from is not None and i >= logits_from
+            b.logits[j] = out
+            n_out += out
+        b.n_tokens = end - start
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            raise BackendError(
+                f"llama_decode failed with code {rc} at position {pos + start} "
+                f"({'no free KV slot: the context is full' if rc == 1 else 'see --verbose'})"
+            )
+        return n_out
+
+    def trim(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep."""
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            raise BackendError(
+                f"{Path(self.path).name}: this model's cache cannot be cut back (recurrent or hybrid "
+                "architecture), so it cannot be used for speculation; run it with --no-spec"
+            )
+
+    # -- vocabulary --------------------------------------------------------------
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            raise BackendError("tokenization failed")
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        ptr = llama_cpp.llama_model_chat_template(self._model, None)
+        return ptr.decode("utf-8", "replace") if ptr else None
+
+
+_FTYPES = {
+    "F32": "LLAMA_FTYPE_ALL_F32", "F16": "LLAMA_FTYPE_MOSTLY_F16", "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K", "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+    "Q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1", "Q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0", "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K",
+}
+
+
+def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None = None) -> None:
+    """Write `src` re-encoded as `qtype` (llama.cpp's quantizer; F32 dequantizes)."""
+    _init()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, _FTYPES[qtype])
+    params.allow_requantize = True
+    params.nthread = threads or default_threads()
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise BackendError(f"llama.cpp could not quantize {src} to {qtype} (code {rc}); run with --verbose")

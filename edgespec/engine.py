@@ -1,0 +1,233 @@
+"""The public API: load a target (and optional draft), then stream() or generate().
+
+What the engine adds on top of the decoder: turning a prompt (a string, chat
+messages, or token ids) into tokens with the model's chat template; turning
+token ids into text with stop strings; one generation at a time (a lock) with
+a cancel flag the decoder checks once per step; the checks that run before any
+weights load (GGUF headers, tokenizer compatibility, memory); and warnings a
+user should see (quantization asymmetry, no GPU offload).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, Union
+
+import numpy as np
+
+from . import chat
+from .controller import FixedK
+from .decoder import Decoder, Model
+from .detok import TextAssembler
+from .errors import EdgespecError
+from .events import Result, StreamEvent
+from .sampling import SamplingParams
+
+log = logging.getLogger("edgespec")
+
+Prompt = Union[str, Sequence[dict], Sequence[int]]
+DEFAULT_K = 5
+
+
+class TextModel(Model, Protocol):
+    """What the engine needs of the target beyond the decoder's Model protocol."""
+
+    add_bos: bool
+    bos_id: int
+    eos_id: int
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def piece(self, token: int, special: bool = False) -> bytes: ...
+
+    def token_text(self, token: int) -> str: ...
+
+    def chat_template(self) -> str | None: ...
+
+
+class Engine:
+    """One target (and optionally one draft) model; one generation at a time."""
+
+    def __init__(
+        self,
+        target: TextModel,
+        draft: Model | None = None,
+        *,
+        name: str = "",
+        warnings: Sequence[str] = (),
+        info: dict[str, Any] | None = None,
+        default_k: int | None = None,
+        p_min: float = 0.0,
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.name = name
+        self.warnings: list[str] = list(warnings)
+        self._info = info or {}
+        self.default_k = default_k
+        self.p_min = p_min
+        self._decoder = Decoder(target, draft)
+        self.n_ctx = self._decoder.n_ctx
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        template = target.chat_template()
+        if template is None:
+            self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
+        self._template = template or chat.FALLBACK_TEMPLATE
+        for w in self.warnings:
+            log.warning("%s", w)
+
+    # -- construction --------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        target: str | Path,
+        draft: str | Path | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        draft_n_gpu_layers: int | None = None,
+        threads: int | None = None,
+        k: int | None = None,
+        name: str | None = None,
+    ) -> Engine:
+        from .loading import load_pair
+
+        return load_pair(
+            cls, target, draft, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+            draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, k=k, name=name,
+        )
+
+    @classmethod
+    def from_pair(cls, name: str, config: str | Path | None = None) -> Engine:
+        from .loading import load_named_pair
+
+        return load_named_pair(cls, name, config)
+
+    def close(self) -> None:
+        with self._lock:
+            for m in (self.draft, self.target):
+                close = getattr(m, "close", None)
+                if close is not None:
+                    close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- facts -----------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Both models' facts, the pair verdict and GPU offload, for inspect screens."""
+        return dict(self._info)
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None
+
+    def tokenize(self, prompt: Prompt, *, raw: bool = False) -> list[int]:
+        if isinstance(prompt, str):
+            if raw:
+                return self.target.tokenize(prompt, add_special=True, parse_special=True)
+            return self._chat_tokens([{"role": "user", "content": prompt}])
+        items = list(prompt)
+        if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
+            bad = [t for t in items if not 0 <= int(t) < self.target.n_vocab]
+            if bad:
+                raise EdgespecError(f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})")
+            return [int(t) for t in items]
+        return self._chat_tokens(chat.check_messages(items))
+
+    def _chat_tokens(self, messages: list[chat.Message]) -> list[int]:
+        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
+        eos = self.target.token_text(self.target.eos_id) if self.target.eos_id >= 0 else ""
+        text = chat.render(self._template, messages, bos_token=bos, eos_token=eos)
+        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
+        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+
+    # -- generation ------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the running generation at the end of its current step (thread-safe)."""
+        self._cancel.set()
+
+    def stream(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        seed: int | None = None,
+        speculative: bool = True,
+        k: int | None = None,
+        stop: Sequence[str] | str | None = None,
+        raw: bool = False,
+    ) -> Iterator[StreamEvent]:
+        params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+        _check_params(params, max_tokens, k)
+        tokens = self.tokenize(prompt, raw=raw)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        return self._stream(tokens, params, max_tokens, speculative and self.draft is not None, k, stops)
+
+    def _stream(self, tokens, params, max_tokens, speculative, k, stops) -> Iterator[StreamEvent]:  # noqa: ANN001
+        with self._lock:
+            self._cancel.clear()
+            controller = self._controller(k)
+            text = TextAssembler(self.target.piece, stops)
+            rng = np.random.default_rng(params.seed)
+            steps = self._decoder.run(
+                tokens, params, controller, max_tokens=max_tokens, speculative=speculative,
+                rng=rng, cancel=self._cancel, p_min=self.p_min,
+            )
+            try:
+                for step in steps:
+                    piece, stop_at = text.feed(step.tokens)
+                    toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
+                    if stop_at is not None:
+                        toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
+                        step.stats.n_generated -= len(step.tokens) - len(toks)
+                    elif finish is not None:
+                        piece += text.finish()
+                    yield StreamEvent(piece, toks, flags, step.stats, finish)
+                    if finish is not None:
+                        return
+            finally:
+                steps.close()
+
+    def _controller(self, k: int | None):  # noqa: ANN202
+        if k is None:
+            k = self.default_k if self.default_k is not None else DEFAULT_K
+        return FixedK(k)
+
+    def generate(self, prompt: Prompt, **options: Any) -> Result:
+        parts: list[str] = []
+        tokens: list[int] = []
+        event = None
+        for event in self.stream(prompt, **options):
+            parts.append(event.text)
+            tokens.extend(event.tokens)
+        assert event is not None and event.finish_reason is not None
+        return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
+
+
+def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
+    if not p.temperature >= 0:
+        raise EdgespecError(f"temperature must be >= 0 (got {p.temperature})")
+    if not 0 < p.top_p <= 1:
+        raise EdgespecError(f"top_p must be in (0, 1] (got {p.top_p})")
+    if not 0 <= p.min_p <= 1:
+        raise EdgespecError(f"min_p must be in [0, 1] (got {p.min_p})")
+    if max_tokens < 1:
+        raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
+    if k is not None and not 0 <= k <= 32:
+        raise EdgespecError(f"k must be between 0 and 32 (got {k})")

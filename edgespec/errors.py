@@ -1,0 +1,40 @@
+"""User-facing errors.
+
+Every error a user can cause is an `EdgespecError` whose message is one line
+that says what happened and what to do next. Frontends print `str(err)` as is
+(the CLI exits with code 2); anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+
+class EdgespecError(Exception):
+    """Base class: the message is shown to the user verbatim."""
+
+
+class ModelFileError(EdgespecError):
+    """A model path is missing, not a file, not GGUF, truncated or malformed."""
+
+
+class PairError(EdgespecError):
+    """Target and draft cannot be used together (e.g. different vocabularies)."""
+
+
+class MemoryPreflightError(EdgespecError):
+    """The models and caches would not fit in available memory."""
+
+
+class ContextFullError(EdgespecError):
+    """The prompt does not fit in the context window."""
+
+
+class ConfigError(EdgespecError):
+    """models.toml (or a pair/model name) is wrong; the message names the key."""
+
+
+class BackendError(EdgespecError):
+    """llama.cpp refused an operation (decode failed, cache cannot be cut)."""
+
+
+class BusyError(EdgespecError):
+    """A generation is already running on this engine."""

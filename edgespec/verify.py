@@ -1,0 +1,56 @@
+"""The acceptance rule of speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+p is the target, q the draft. For i = 1..K accept draft[i] with probability
+min(1, p_i(x) / q_i(x)); at the first rejection emit one token drawn from
+norm(max(0, p_i - q_i)) and stop; if all K are accepted emit a bonus token
+drawn from p_{K+1}. The emitted tokens are distributed exactly as K+1 (or
+fewer) tokens sampled from the target alone.
+
+The residual is computed over the exact union of both supports, never over two
+truncated lists matched by index. With one-hot rows (temperature 0) the rule
+reduces to "accept while x == argmax p, then emit argmax p" and draws nothing
+from the RNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .sampling import Dist
+
+
+def residual(p: Dist, q: Dist) -> Dist:
+    """norm(max(0, p - q)) over the union of the supports of p and q."""
+    ids = np.union1d(p.ids, q.ids)
+    diff = np.zeros(ids.size)
+    diff[np.searchsorted(ids, p.ids)] += p.probs
+    diff[np.searchsorted(ids, q.ids)] -= q.probs
+    keep = diff > 0.0
+    total = diff[keep].sum()
+    if total <= 1e-12:
+        # p == q up to rounding: the rejection had probability ~0; fall back to p.
+        return p
+    return Dist(ids[keep], diff[keep] / total)
+
+
+def verify(
+    draft: Sequence[int], q: Sequence[Dist], p: Sequence[Dist], rng: np.random.Generator
+) -> tuple[int, int]:
+    """Check K draft tokens against the target.
+
+    `q[i]` is the draft distribution draft[i] was sampled from, `p[i]` the
+    target's at the same position; `p` has K+1 rows (the last one for the
+    bonus token). Returns (number of draft tokens accepted, the token the
+    target emits after them).
+    """
+    assert len(q) == len(draft) and len(p) == len(draft) + 1
+    for i, x in enumerate(draft):
+        px = p[i].prob(x)
+        qx = q[i].prob(x)
+        assert qx > 0.0, "draft token was not sampled from its q row"
+        if px >= qx or (px > 0.0 and rng.random() < px / qx):
+            continue
+        return i, residual(p[i], q[i]).sample(rng)
+    return len(draft), p[len(draft)].sample(rng)

@@ -1,0 +1,163 @@
+"""The speculative loop against a fake backend (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from edgespec.controller import FixedK
+from edgespec.decoder import Decoder
+from edgespec.errors import ContextFullError
+from edgespec.sampling import SamplingParams
+from tests.fakes import FakeModel, make_engine
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [1, 5, 9, 13]
+
+
+def run(dec: Decoder, k: int, n: int = 40, params: SamplingParams = GREEDY, prompt=PROMPT, seed=0, **kw):  # noqa: ANN001, ANN003, ANN201
+    toks, flags, last = [], [], None
+    for step in dec.run(prompt, params, FixedK(k), max_tokens=n, rng=np.random.default_rng(seed), **kw):
+        toks += step.tokens
+        flags += step.from_draft
+        last = step
+    return toks, flags, last
+
+
+def check_invariant(dec: Decoder) -> None:
+    """Both caches hold a prefix of committed[:-1]; llama.cpp's view equals ours."""
+    keep = dec.committed[:-1]
+    for cache in (dec.target, dec.draft):
+        if cache is None:
+            continue
+        assert cache.model.kv == cache.tokens
+        assert cache.tokens == keep[: len(cache.tokens)]
+    assert dec.target.tokens == keep
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_greedy_speculative_equals_greedy_plain(k: int) -> None:
+    plain, _, _ = run(Decoder(FakeModel()), 0)
+    spec, flags, last = run(Decoder(FakeModel(), FakeModel(noise=1.0)), k)
+    assert spec == plain
+    assert last.stats.n_drafted > 0 and 0 < last.stats.n_accepted < last.stats.n_drafted
+    assert sum(flags) == last.stats.n_accepted or last.finish_reason == "length"
+
+
+def test_draft_equal_to_target_accepts_every_draft_token() -> None:
+    dec = Decoder(FakeModel(), FakeModel())
+    toks, flags, last = run(dec, 4, n=41)
+    s = last.stats
+    assert s.n_accepted == s.n_drafted and s.steps == 9  # 4 accepted + 1 bonus per step
+    assert toks == run(Decoder(FakeModel()), 0, n=41)[0]
+    check_invariant(dec)
+
+
+def test_all_accepted_feeds_last_draft_token_and_bonus_together() -> None:
+    draft = FakeModel()
+    dec = Decoder(FakeModel(), draft)
+    run(dec, 3, n=12)
+    # after prefill, each step starts the draft with a 2-token batch [x_K, bonus] (except the first)
+    batch_sizes = [n for _, n in draft.evals[1:]]
+    assert batch_sizes.count(2) == 2
+
+
+def test_eos_inside_an_accepted_run_ends_there() -> None:
+    target = FakeModel(eos_bias=4.0)
+    dec = Decoder(target, FakeModel(eos_bias=4.0))
+    toks, _, last = run(dec, 8, n=200)
+    plain, _, plain_last = run(Decoder(FakeModel(eos_bias=4.0)), 0, n=200)
+    assert last.finish_reason == plain_last.finish_reason == "stop"
+    assert toks == plain and 2 not in toks
+    assert dec.committed[-1] == 2  # EOS is committed, tokens after it are dropped
+    check_invariant(dec)
+
+
+def test_max_tokens_is_exact_even_mid_step() -> None:
+    toks, _, last = run(Decoder(FakeModel(), FakeModel()), 8, n=7)
+    assert len(toks) == 7 and last.finish_reason == "length" and last.stats.n_generated == 7
+
+
+def test_context_limit_stops_with_length_and_never_overflows() -> None:
+    dec = Decoder(FakeModel(n_ctx=30), FakeModel(n_ctx=30))
+    toks, _, last = run(dec, 8, n=1000)
+    assert last.finish_reason == "length"
+    assert len(PROMPT) + len(toks) <= 30
+
+
+def test_prompt_longer_than_context_is_refused_with_a_clear_message() -> None:
+    dec = Decoder(FakeModel(n_ctx=8))
+    with pytest.raises(ContextFullError, match="context holds 8"):
+        run(dec, 0, prompt=list(range(1, 10)))
+
+
+def test_cancel_between_steps_restores_both_caches() -> None:
+    dec = Decoder(FakeModel(), FakeModel(noise=1.0))
+    cancel = threading.Event()
+    gen = dec.run(PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0), cancel=cancel)
+    next(gen)
+    next(gen)
+    cancel.set()
+    last = next(gen)
+    assert last.finish_reason == "cancelled"
+    gen.close()
+    check_invariant(dec)
+
+
+def test_consumer_closing_mid_generation_restores_caches() -> None:
+    dec = Decoder(FakeModel(), FakeModel(noise=1.0))
+    gen = dec.run(PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0))
+    next(gen)
+    gen.close()
+    check_invariant(dec)
+
+
+def test_failure_inside_a_step_restores_caches_and_next_run_matches() -> None:
+    target = FakeModel()
+    dec = Decoder(target, FakeModel(noise=1.0))
+    target.fail_at_eval = 3
+    with pytest.raises(RuntimeError):
+        run(dec, 4)
+    check_invariant(dec)
+    target.fail_at_eval = None
+    assert run(dec, 4)[0] == run(Decoder(FakeModel()), 0)[0]
+
+
+def test_prefix_reuse_prefills_only_what_is_new_and_matches_a_fresh_run() -> None:
+    target = FakeModel()
+    dec = Decoder(target, FakeModel(noise=1.0))
+    first, _, _ = run(dec, 4, n=10)
+    follow = PROMPT + first + [7, 11]
+    toks, _, last = run(dec, 4, n=20, prompt=follow)
+    assert last.stats.n_prefilled <= 4  # the new turn (+ the last generated token), not the history
+    fresh, _, _ = run(Decoder(FakeModel(), FakeModel(noise=1.0)), 4, n=20, prompt=follow)
+    assert toks == fresh
+
+
+def test_sampled_speculative_is_reproducible_with_a_seed() -> None:
+    params = SamplingParams(temperature=0.8, seed=3)
+    a = run(Decoder(FakeModel(), FakeModel(noise=1.0)), 4, params=params, seed=3)[0]
+    b = run(Decoder(FakeModel(), FakeModel(noise=1.0)), 4, params=params, seed=3)[0]
+    assert a == b
+
+
+def test_engine_stream_text_and_stop_string() -> None:
+    eng = make_engine(noise=1.0)
+    res = eng.generate("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    words = res.text.split()
+    assert len(res.tokens) == 30 and len(words) == 30
+    stop_word = words[10]
+    cut = eng.generate("t5 t9", temperature=0.0, max_tokens=30, k=3, stop=[" " + stop_word + " "])
+    assert cut.finish_reason == "stop"
+    assert cut.text == res.text[: res.text.index(" " + stop_word + " ")]
+    assert stop_word not in cut.text.split()[-1:]
+
+
+def test_engine_events_flag_draft_tokens() -> None:
+    eng = make_engine(noise=0.0)
+    events = list(eng.stream("t5 t9", temperature=0.0, max_tokens=20, k=4))
+    flags = [f for e in events for f in e.from_draft]
+    assert flags.count(True) == events[-1].stats.n_accepted
+    assert events[-1].finish_reason == "length" and events[-1].stats.n_generated == 20

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import numpy as np
+
+from edgespec.sampling import Dist, SamplingParams, to_dist
+
+
+def test_temperature_zero_is_one_hot_on_argmax() -> None:
+    row = np.array([0.1, 3.0, 2.9, -1.0], dtype=np.float32)
+    d = to_dist(row, SamplingParams(temperature=0.0))
+    assert d.ids.tolist() == [1] and d.probs.tolist() == [1.0]
+
+
+def test_top_k_keeps_k_most_likely() -> None:
+    row = np.arange(10, dtype=np.float32)
+    d = to_dist(row, SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0))
+    assert sorted(d.ids.tolist()) == [7, 8, 9]
+    assert np.isclose(d.probs.sum(), 1.0)
+
+
+def test_no_truncation_matches_softmax_with_temperature() -> None:
+    rng = np.random.default_rng(0)
+    row = rng.normal(size=50).astype(np.float32)
+    d = to_dist(row, SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0))
+    want = np.exp(row / 0.7 - (row / 0.7).max())
+    want /= want.sum()
+    assert np.allclose(d.dense(50), want, atol=1e-6)
+
+
+def test_top_p_keeps_smallest_prefix_reaching_p() -> None:
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    d = to_dist(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.75, min_p=0.0))
+    assert sorted(d.ids.tolist()) == [0, 1]
+
+
+def test_min_p_drops_tokens_below_fraction_of_max() -> None:
+    logits = np.log(np.array([0.6, 0.3, 0.07, 0.03]))
+    d = to_dist(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.1))
+    assert sorted(d.ids.tolist()) == [0, 1, 2]
+
+
+def test_sample_follows_probabilities() -> None:
+    d = Dist(np.array([3, 8]), np.array([0.25, 0.75]))
+    rng = np.random.default_rng(1)
+    draws = [d.sample(rng) for _ in range(4000)]
+    assert abs(draws.count(8) / 4000 - 0.75) < 0.03
+
+
+def test_same_function_for_target_and_draft_rows_is_deterministic() -> None:
+    row = np.random.default_rng(2).normal(size=100).astype(np.float32)
+    a = to_dist(row, SamplingParams())
+    b = to_dist(row.copy(), SamplingParams())
+    assert a.ids.tolist() == b.ids.tolist() and np.array_equal(a.probs, b.probs)
