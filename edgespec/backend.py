@@ -101,6 +101,10 @@ class LlamaModel:
         self._batch = None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        # No "extra" buffer types (weight repacking for AMX etc.): on CPUs that report AMX,
+        # this llama.cpp's AMX matmul segfaults on batches of more than one token, and every
+        # verify batch is one. The native bench anchors run with the same setting (--no-repack).
+        mparams.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {self.path}; check it is a complete GGUF model file")

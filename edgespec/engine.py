@@ -92,13 +92,15 @@ class Engine:
         draft_n_gpu_layers: int | None = None,
         threads: int | None = None,
         k: int | None = None,
+        p_min: float | None = None,
         name: str | None = None,
     ) -> Engine:
+        """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive)."""
         from .loading import load_pair
 
         return load_pair(
             cls, target, draft, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-            draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, k=k, name=name,
+            draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, k=k, p_min=p_min, name=name,
         )
 
     @classmethod

@@ -41,11 +41,11 @@ def load_pair(
     if d_info is not None:
         check_tokenizers(t_info, d_info)
         warnings += quantization_warnings(t_info, d_info)
-    memory_preflight(t_info, d_info, n_ctx)
+    draft_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
+    memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_layers)
 
     from . import backend  # native code only after every check passed
 
-    draft_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
     note = backend.gpu_fallback_warning(max(n_gpu_layers, draft_layers))
     if note:
         warnings.append(note)

@@ -1,0 +1,517 @@
+"""Bounded reader for GGUF headers: a GGUF file is untrusted input.
+
+Contract: `read_gguf(path)` parses the header, the metadata and the tensor table
+of a GGUF v2/v3 file (little-endian) and returns a frozen `GGUFInfo`. It trusts
+no count, length or offset in the file: each one is checked against the bytes
+left in the file and a hard cap *before* anything is read or allocated, so it
+finishes quickly on any input. Any defect raises `ModelFileError` with one line
+naming the file, the defect and what to do. Tensor data is never read.
+
+Rules follow llama.cpp's own loader (ggml/src/gguf.cpp) so that a file we accept
+is one llama.cpp accepts too. This module imports neither llama_cpp nor gguf.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgespec.errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_TENSOR_NAME = 63  # GGML_MAX_NAME (64) minus the terminating NUL
+MAX_KEY_BYTES = 64 * 1024
+MAX_STRING_BYTES = 64 * 1024 * 1024  # also always bounded by the bytes left in the file
+# Real files have ~50 KVs and a few thousand tensors; these caps keep a crafted
+# header from turning into millions of Python iterations (the time bound).
+MAX_KV = 65_536
+MAX_TENSORS = 65_536
+# Strings inside arrays, summed over the file: vocabularies are <= ~260k tokens
+# and merges <= ~500k, so real files stay far below this.
+MAX_ARRAY_STRINGS = 2_000_000
+KEEP_ARRAY_MAX = 4096  # numeric/string arrays up to this size are kept in metadata
+TOKENS_KEY = "tokenizer.ggml.tokens"
+
+QK_K = 256
+# ggml_type id -> (name, elements per block, bytes per block); ggml.h / GGML_QUANT_SIZES.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 2 + 16),
+    3: ("Q4_1", 32, 2 + 2 + 16),
+    6: ("Q5_0", 32, 2 + 4 + 16),
+    7: ("Q5_1", 32, 2 + 2 + 4 + 16),
+    8: ("Q8_0", 32, 2 + 32),
+    9: ("Q8_1", 32, 2 + 2 + 32),
+    10: ("Q2_K", QK_K, 2 + 2 + QK_K // 16 + QK_K // 4),
+    11: ("Q3_K", QK_K, 2 + QK_K // 4 + QK_K // 8 + 12),
+    12: ("Q4_K", QK_K, 2 + 2 + QK_K // 2 + 12),
+    13: ("Q5_K", QK_K, 2 + 2 + QK_K // 2 + QK_K // 8 + 12),
+    14: ("Q6_K", QK_K, 2 + QK_K // 2 + QK_K // 4 + QK_K // 16),
+    15: ("Q8_K", QK_K, 4 + QK_K + QK_K // 8),
+    16: ("IQ2_XXS", QK_K, 2 + QK_K // 4),
+    17: ("IQ2_XS", QK_K, 2 + QK_K // 4 + QK_K // 32),
+    18: ("IQ3_XXS", QK_K, 2 + QK_K // 4 + QK_K // 8),
+    19: ("IQ1_S", QK_K, 2 + QK_K // 8 + QK_K // 16),
+    20: ("IQ4_NL", 32, 2 + 16),
+    21: ("IQ3_S", QK_K, 2 + QK_K // 4 + QK_K // 8 + QK_K // 32 + 4),
+    22: ("IQ2_S", QK_K, 2 + QK_K // 4 + QK_K // 16),
+    23: ("IQ4_XS", QK_K, 2 + 2 + QK_K // 2 + QK_K // 64),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", QK_K, QK_K // 8 + QK_K // 16 + QK_K // 32),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", QK_K, 2 + 4 * 13),
+    35: ("TQ2_0", QK_K, 2 + 64),
+    39: ("MXFP4", 32, 1 + 16),
+    40: ("NVFP4", 64, 4 + 32),
+    41: ("Q1_0", 128, 2 + 16),
+    42: ("Q2_0", 64, 2 + 16),
+}
+GGML_TYPE_BY_NAME = {name: (blk, size) for name, blk, size in GGML_TYPES.values()}
+
+# general.file_type (llama_ftype) -> label; values from llama.h / LlamaFileType.
+# fmt: off
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
+}
+
+# GGUF value types: id -> (name, struct format; None for string and array).
+_STRING, _ARRAY = 8, 9
+VALUE_TYPES: dict[int, tuple[str, str | None]] = {
+    0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
+    4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<?"),
+    8: ("string", None), 9: ("array", None), 10: ("uint64", "<Q"), 11: ("int64", "<q"),
+    12: ("float64", "<d"),
+}
+# fmt: on
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class SkippedArray:
+    """A large array that was validated but not kept (merges, scores, token types)."""
+
+    elem_type: str
+    count: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    offset: int  # absolute file offset of the tensor data
+    n_bytes: int
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    file_size: int
+    version: int
+    alignment: int
+    data_offset: int
+    metadata: Mapping[str, Any] = field(repr=False)
+    tensors: tuple[TensorInfo, ...] = field(repr=False)
+
+    def arch_value(self, suffix: str) -> Any:
+        """`{architecture}.{suffix}` from the metadata, or None."""
+        return self.metadata.get(f"{self.architecture}.{suffix}")
+
+    def _arch_int(self, suffix: str) -> int | None:
+        value = self.arch_value(suffix)
+        if isinstance(value, list):  # some models give per-layer head counts
+            value = max((v for v in value if isinstance(v, int)), default=None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def architecture(self) -> str:
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else "unknown"
+
+    @property
+    def name(self) -> str | None:
+        value = self.metadata.get("general.name")
+        return value if isinstance(value, str) else None
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(t.n_elements for t in self.tensors)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(t.n_bytes for t in self.tensors)
+
+    @property
+    def bits_per_weight(self) -> float:
+        n = self.parameter_count
+        return self.tensor_bytes * 8 / n if n else 0.0
+
+    @property
+    def quantization(self) -> str:
+        """general.file_type's label, else the tensor type holding most weights."""
+        ftype = self.metadata.get("general.file_type")
+        if isinstance(ftype, int) and ftype in FILE_TYPES:
+            return FILE_TYPES[ftype]
+        by_type: dict[str, int] = {}
+        for t in self.tensors:
+            by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_elements
+        return max(by_type, key=lambda k: by_type[k]) if by_type else "unknown"
+
+    @property
+    def vocab_type(self) -> str | None:
+        value = self.metadata.get("tokenizer.ggml.model")
+        return value if isinstance(value, str) else None
+
+    @property
+    def tokens(self) -> list[str] | None:
+        value = self.metadata.get(TOKENS_KEY)
+        return value if isinstance(value, list) else None
+
+    @property
+    def vocab_size(self) -> int | None:
+        tokens = self.tokens
+        return len(tokens) if tokens is not None else self._arch_int("vocab_size")
+
+    def _token_id(self, key: str) -> int | None:
+        value = self.metadata.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def _flag(self, key: str) -> bool | None:
+        value = self.metadata.get(key)
+        return value if isinstance(value, bool) else None
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._token_id("tokenizer.ggml.bos_token_id")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._token_id("tokenizer.ggml.eos_token_id")
+
+    @property
+    def add_bos(self) -> bool | None:
+        return self._flag("tokenizer.ggml.add_bos_token")
+
+    @property
+    def add_eos(self) -> bool | None:
+        return self._flag("tokenizer.ggml.add_eos_token")
+
+    @property
+    def context_length(self) -> int | None:
+        return self._arch_int("context_length")
+
+    @property
+    def block_count(self) -> int | None:
+        return self._arch_int("block_count")
+
+    @property
+    def embedding_length(self) -> int | None:
+        return self._arch_int("embedding_length")
+
+    @property
+    def head_count(self) -> int | None:
+        return self._arch_int("attention.head_count")
+
+    @property
+    def head_count_kv(self) -> int | None:
+        return self._arch_int("attention.head_count_kv") or self.head_count
+
+    @property
+    def chat_template(self) -> str | None:
+        value = self.metadata.get("tokenizer.chat_template")
+        return value if isinstance(value, str) else None
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.chat_template)
+
+
+def describe(info: GGUFInfo) -> dict[str, Any]:
+    """The facts `edgespec inspect` prints for one model."""
+    return {
+        "architecture": info.architecture,
+        "name": info.name,
+        "parameters": info.parameter_count,
+        "quantization": info.quantization,
+        "bits_per_weight": round(info.bits_per_weight, 3),
+        "vocab_type": info.vocab_type,
+        "vocab_size": info.vocab_size,
+        "context_length": info.context_length,
+        "chat_template": info.has_chat_template,
+        "file_size": info.file_size,
+    }
+
+
+def _clean(text: object, limit: int = 80) -> str:
+    """Untrusted text for a one-line message: no newlines, bounded length."""
+    s = repr(text) if not isinstance(text, Path) else str(text)
+    s = s.replace("\n", "\\n").replace("\r", "\\r")
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _bad(path: Path, defect: str) -> ModelFileError:
+    return ModelFileError(
+        f"{_clean(path, 200)} is not a usable GGUF file: {defect}; "
+        "re-download it or convert the model again with llama.cpp's tools"
+    )
+
+
+class _Cursor:
+    """Reads little-endian values from a buffer; every read is checked against its end."""
+
+    def __init__(self, buf: mmap.mmap, path: Path) -> None:
+        self.buf, self.path, self.pos, self.end = buf, path, 0, len(buf)
+        self.strings_left = MAX_ARRAY_STRINGS  # the time bound for string arrays
+
+    @property
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def take(self, n: int, what: str) -> int:
+        """Advance past `n` bytes and return where they start."""
+        if n < 0 or n > self.end - self.pos:
+            raise _bad(self.path, f"truncated while reading {what} at byte {self.pos}")
+        start = self.pos
+        self.pos += n
+        return start
+
+    def u32(self, what: str) -> int:
+        return int(_U32.unpack_from(self.buf, self.take(4, what))[0])
+
+    def u64(self, what: str) -> int:
+        return int(_U64.unpack_from(self.buf, self.take(8, what))[0])
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        return struct.unpack_from(fmt, self.buf, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> str:
+        n = self.u64(f"the length of {what}")
+        if n > self.remaining:
+            raise _bad(self.path, f"{what} declares {n} bytes, more than the file can hold")
+        if n > cap:
+            raise _bad(self.path, f"{what} is {n} bytes long, over the limit of {cap}")
+        start = self.take(n, what)
+        return self.buf[start : start + n].decode("utf-8", errors="surrogateescape")
+
+
+def read_gguf(path: str | Path) -> GGUFInfo:
+    """Parse and validate a GGUF file's header; raise ModelFileError on any defect."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelFileError(f"model file {_clean(path, 200)} does not exist; check the path")
+    if not path.is_file():
+        raise ModelFileError(f"{_clean(path, 200)} is not a file; give the path of a .gguf file")
+    try:
+        with path.open("rb") as f:
+            size = path.stat().st_size
+            if size == 0:
+                raise _bad(path, "the file is empty")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _parse(_Cursor(buf, path), size)
+    except OSError as err:
+        raise ModelFileError(
+            f"cannot read {_clean(path, 200)}: {err.strerror or err}; check its permissions"
+        ) from err
+
+
+def _parse(cur: _Cursor, size: int) -> GGUFInfo:
+    path = cur.path
+    if cur.remaining < 4 or cur.buf[0:4] != GGUF_MAGIC:
+        raise _bad(path, "it does not start with the GGUF magic bytes")
+    cur.take(4, "magic")
+    version = _check_version(path, cur.u32("the version"))
+    n_tensors = cur.u64("the tensor count")
+    n_kv = cur.u64("the metadata count")
+    _check_counts(cur, n_tensors, n_kv)
+    metadata = _read_metadata(cur, n_kv)
+    alignment = _alignment(path, metadata)
+    raw = [_read_tensor_info(cur) for _ in range(n_tensors)]
+    data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
+    tensors = _place_tensors(path, raw, data_offset, alignment, size)
+    return GGUFInfo(path, size, version, alignment, data_offset, metadata, tensors)
+
+
+def _check_version(path: Path, version: int) -> int:
+    if version in SUPPORTED_VERSIONS:
+        return version
+    if version == 1:
+        raise _bad(path, "GGUF v1 is no longer supported by llama.cpp")
+    if version & 0xFFFF == 0 and version >> 16:  # a small version byte-swapped
+        raise _bad(path, f"version {version} looks big-endian, which is not supported")
+    raise _bad(path, f"unsupported GGUF version {version} (supported: 2 and 3)")
+
+
+def _check_counts(cur: _Cursor, n_tensors: int, n_kv: int) -> None:
+    # Smallest possible records: a KV is key length (8) + type (4) + 1 byte; a tensor
+    # info is name length (8) + n_dims (4) + type (4) + offset (8).
+    if n_kv > MAX_KV or n_tensors > MAX_TENSORS or n_kv * 13 + n_tensors * 24 > cur.remaining:
+        raise _bad(
+            cur.path,
+            f"its header declares {n_tensors} tensors and {n_kv} metadata entries, "
+            f"more than a {cur.end}-byte file can hold",
+        )
+
+
+def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = cur.string(f"metadata key #{i}", MAX_KEY_BYTES)
+        if not key:
+            raise _bad(cur.path, f"metadata key #{i} is empty")
+        if key in metadata:
+            raise _bad(cur.path, f"metadata key {_clean(key)} appears twice")
+        vtype = cur.u32(f"the type of {_clean(key)}")
+        metadata[key] = _read_value(cur, key, vtype)
+    return metadata
+
+
+def _value_type(cur: _Cursor, key: str, vtype: int) -> tuple[str, str | None]:
+    if vtype not in VALUE_TYPES:
+        raise _bad(cur.path, f"metadata {_clean(key)} has unknown value type {vtype}")
+    return VALUE_TYPES[vtype]
+
+
+def _read_value(cur: _Cursor, key: str, vtype: int) -> Any:
+    name, fmt = _value_type(cur, key, vtype)
+    if fmt is not None:
+        return cur.scalar(fmt, _clean(key))
+    if vtype == _STRING:
+        return cur.string(f"the value of {_clean(key)}")
+    return _read_array(cur, key)
+
+
+def _read_array(cur: _Cursor, key: str) -> Any:
+    etype = cur.u32(f"the element type of {_clean(key)}")
+    ename, fmt = _value_type(cur, key, etype)
+    count = cur.u64(f"the length of {_clean(key)}")
+    if etype == _ARRAY:  # llama.cpp's loader rejects arrays of arrays
+        raise _bad(cur.path, f"metadata {_clean(key)} nests arrays, which llama.cpp rejects")
+    if fmt is not None:
+        esize = struct.calcsize(fmt)
+        # The check that matters: count * element size must fit in the bytes left.
+        if count > cur.remaining // esize:
+            raise _bad(cur.path, f"array {_clean(key)} declares {count} elements past the file end")
+        start = cur.take(count * esize, _clean(key))
+        if count > KEEP_ARRAY_MAX:
+            return SkippedArray(ename, count)
+        return list(struct.unpack_from(f"<{count}{fmt[1]}", cur.buf, start))
+    return _read_string_array(cur, key, count)
+
+
+def _read_string_array(cur: _Cursor, key: str, count: int) -> Any:
+    # Each string costs at least its 8-byte length, which bounds count by the file size.
+    if count > cur.strings_left or count > cur.remaining // 8:
+        raise _bad(
+            cur.path,
+            f"array {_clean(key)} declares {count} strings, more than the file can hold "
+            f"or the limit of {MAX_ARRAY_STRINGS} strings per file",
+        )
+    cur.strings_left -= count
+    keep = key == TOKENS_KEY or count <= KEEP_ARRAY_MAX
+    buf, pos, end, unpack = cur.buf, cur.pos, cur.end, _U64.unpack_from
+    out: list[str] = []
+    # Hot loop (one pass per vocabulary entry): locals only, one bounds check per string.
+    for _ in range(count):
+        if end - pos < 8:
+            break
+        (n,) = unpack(buf, pos)
+        pos += 8
+        if n > end - pos:
+            break
+        if keep:
+            out.append(buf[pos : pos + n].decode("utf-8", errors="surrogateescape"))
+        pos += n
+    else:
+        cur.pos = pos
+        return out if keep else SkippedArray("string", count)
+    cur.pos = pos
+    raise _bad(cur.path, f"a string in array {_clean(key)} runs past the file end")
+
+
+def _alignment(path: Path, metadata: Mapping[str, Any]) -> int:
+    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value & (value - 1):
+        raise _bad(path, f"general.alignment {_clean(value)} is not a power of two")
+    return value
+
+
+def _pad(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _read_tensor_info(cur: _Cursor) -> tuple[str, int, tuple[int, ...], int]:
+    # Fixed labels, not f-strings: this runs once per tensor and must stay cheap.
+    name = cur.string("a tensor name", MAX_TENSOR_NAME)
+    n_dims = cur.u32("a tensor rank")
+    if n_dims > MAX_DIMS:
+        raise _bad(cur.path, f"tensor {_clean(name)} has {n_dims} dimensions (at most 4)")
+    start = cur.take(8 * n_dims + 12, "a tensor shape")
+    shape = struct.unpack_from(f"<{n_dims}Q", cur.buf, start)
+    ttype, offset = struct.unpack_from("<IQ", cur.buf, start + 8 * n_dims)
+    return name, ttype, shape, offset
+
+
+def _place_tensors(
+    path: Path,
+    raw: list[tuple[str, int, tuple[int, ...], int]],
+    data_offset: int,
+    alignment: int,
+    size: int,
+) -> tuple[TensorInfo, ...]:
+    seen: set[str] = set()
+    out: list[TensorInfo] = []
+    expected = 0  # llama.cpp requires tensors packed in order, each padded to alignment
+    for name, ttype, shape, offset in raw:
+        label = _clean(name)
+        if name in seen:
+            raise _bad(path, f"tensor {label} appears twice")
+        seen.add(name)
+        n_bytes, type_name = _tensor_bytes(path, label, ttype, shape)
+        if offset != expected:
+            raise _bad(path, f"tensor {label} has data offset {offset}, expected {expected}")
+        start = data_offset + offset
+        if n_bytes > size - start:
+            raise _bad(path, f"tensor {label} data runs past the end of the file (truncated?)")
+        out.append(TensorInfo(name, type_name, shape, start, n_bytes))
+        expected = offset + _pad(n_bytes, alignment)
+    return tuple(out)
+
+
+def _tensor_bytes(path: Path, label: str, ttype: int, shape: tuple[int, ...]) -> tuple[int, str]:
+    if ttype not in GGML_TYPES:
+        raise _bad(path, f"tensor {label} has unknown ggml type {ttype}")
+    type_name, block, type_size = GGML_TYPES[ttype]
+    n = 1
+    for d in shape:
+        n *= d
+    # ggml counts elements in int64; reject shapes whose product overflows it.
+    if n >= 2**63 or any(d >= 2**63 for d in shape):
+        raise _bad(path, f"tensor {label} has shape {shape}, whose size overflows")
+    if (shape[0] if shape else 1) % block:
+        raise _bad(path, f"tensor {label} rows of {shape[0]} do not fill {type_name} blocks")
+    return n // block * type_size, type_name
