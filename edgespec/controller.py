@@ -3,6 +3,20 @@
 A controller has two methods: `next_k()` before a step and `observe(outcome)`
 after it (the shape of transformers' CandidateGenerator). `FixedK` always
 answers the same K; K = 0 is plain decoding through the same loop.
+
+`AdaptiveK` maximises expected tokens per second from what it measures on
+this machine (DESIGN.md, "The K controller"):
+
+    E(K)     = 1 + sum_{j<=K} prod_{i<=j} alpha_i     (alpha_i: acceptance at position i,
+                                                       given the earlier ones were accepted)
+    speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
+
+alpha_i, the draft cost per token c_d, the verify cost v(n) per batch size and
+the fixed overhead o are exponentially decayed averages, so they follow the
+text as it changes. K = 0 wins when speculation does not pay; the controller
+then probes a small K now and then so it notices when acceptance recovers, and
+otherwise probes the neighbours of its best K so their estimates stay fresh.
+Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +26,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StepOutcome:
-    k: int  # draft tokens proposed this step (may be < the K asked for, drafting can stop early)
+    k: int  # draft tokens proposed this step (may be < the K asked for: drafting can stop early)
     n_accepted: int
     draft_s: float
     verify_s: float
@@ -33,3 +47,116 @@ class FixedK:
 
     def estimated_speedup(self) -> float | None:
         return None
+
+
+class _Avg:
+    """An exponentially decayed average that remembers whether it has seen anything."""
+
+    __slots__ = ("value", "n", "decay")
+
+    def __init__(self, prior: float, decay: float) -> None:
+        self.value, self.n, self.decay = prior, 0, decay
+
+    def add(self, x: float) -> None:
+        # the first few samples count fully, later ones at the decay rate
+        w = max(1.0 - self.decay, 1.0 / (self.n + 1))
+        self.value += w * (x - self.value)
+        self.n += 1
+
+
+class AdaptiveK:
+    def __init__(self, k_max: int = 10, *, probe_every: int = 8, recover_every: int = 16,
+                 decay: float = 0.9, prior_alpha: float = 0.6) -> None:
+        self.k_max = k_max
+        self.probe_every = probe_every
+        self.recover_every = recover_every
+        self.decay = decay
+        self.prior_alpha = prior_alpha
+        # decayed counts of draft tokens tried / accepted at each position
+        self._tried = [0.0] * k_max
+        self._accepted = [0.0] * k_max
+        self.draft_cost = _Avg(0.0, 0.9)  # seconds per draft token
+        # verify cost per batch size n = 1..k_max+1; unmeasured sizes are interpolated
+        self.verify_cost = [_Avg(0.0, 0.8) for _ in range(k_max + 2)]
+        self.overhead = _Avg(0.0, 0.9)
+        self.steps = 0
+        self.best = 0
+        self.last_k = 0
+        self._probe_up = True
+
+    # -- the model -------------------------------------------------------------------------
+    def alpha(self) -> list[float]:
+        """Acceptance per position, each shrunk towards the pooled rate (positions far out
+        are tried less often; the pooled rate is the best guess for them)."""
+        tried = sum(self._tried)
+        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
+        m = 3.0
+        return [(a + m * pooled) / (t + m) for a, t in zip(self._accepted, self._tried)]
+
+    def expected_tokens(self, k: int, alpha: list[float] | None = None) -> float:
+        alpha = alpha if alpha is not None else self.alpha()
+        e, run = 1.0, 1.0
+        for i in range(k):
+            run *= alpha[i]
+            e += run
+        return e
+
+    def verify_s(self, n: int) -> float:
+        measured = [(m, c.value) for m, c in enumerate(self.verify_cost) if m >= 1 and c.n]
+        if not measured:
+            return 0.0
+        below = [(m, c) for m, c in measured if m <= n]
+        above = [(m, c) for m, c in measured if m >= n]
+        if below and above:
+            (m0, c0), (m1, c1) = below[-1], above[0]
+            return c0 if m1 == m0 else c0 + (c1 - c0) * (n - m0) / (m1 - m0)
+        if below:  # extrapolate with the slope seen so far (at least flat)
+            (m0, c0) = below[-1]
+            slope = (c0 - measured[0][1]) / (m0 - measured[0][0]) if m0 > measured[0][0] else 0.0
+            return c0 + max(slope, 0.0) * (n - m0)
+        return above[0][1]
+
+    def speed(self, k: int, alpha: list[float] | None = None) -> float:
+        t = k * self.draft_cost.value + self.verify_s(k + 1) + self.overhead.value
+        return self.expected_tokens(k, alpha) / t if t > 0 else 0.0
+
+    def best_k(self) -> int:
+        if not self.verify_cost[1].n or not self.draft_cost.n:
+            return -1  # not measured yet
+        alpha = self.alpha()
+        return max(range(self.k_max + 1), key=lambda k: self.speed(k, alpha))
+
+    def estimated_speedup(self) -> float | None:
+        best = self.best_k()
+        plain = self.speed(0)
+        return self.speed(best) / plain if best >= 0 and plain > 0 else None
+
+    # -- the protocol ------------------------------------------------------------------------
+    def next_k(self) -> int:
+        self.steps += 1
+        best = self.best_k()
+        if best < 0:
+            # warm-up: measure a plain step and a few draft sizes before trusting the model
+            k = [0, 4, 2, 6][min(self.steps - 1, 3)] if self.steps <= 4 else 4
+        elif best == 0:
+            k = (1 + (self.steps // self.recover_every) % 2) if self.steps % self.recover_every == 0 else 0
+        elif self.steps % self.probe_every == 0:
+            k = min(self.k_max, best + 1) if self._probe_up else max(0, best - 1)
+            self._probe_up = not self._probe_up
+        else:
+            k = best
+        self.best, self.last_k = max(best, 0), k
+        return k
+
+    def observe(self, o: StepOutcome) -> None:
+        if o.k > 0:
+            self._tried = [t * self.decay for t in self._tried]
+            self._accepted = [a * self.decay for a in self._accepted]
+            for i in range(min(o.n_accepted + 1, o.k)):
+                self._tried[i] += 1.0
+                self._accepted[i] += i < o.n_accepted
+        if o.k > 0:
+            self.draft_cost.add(o.draft_s / o.k)
+        if o.k + 1 < len(self.verify_cost):
+            self.verify_cost[o.k + 1].add(o.verify_s)
+        self.overhead.add(max(0.0, o.step_s - o.draft_s - o.verify_s))

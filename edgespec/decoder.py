@@ -242,6 +242,12 @@ class Decoder:
         stats.elapsed_s = stats.prefill_s + stats.decode_s
         return Step((), (), stats, reason)
 
+    def reset(self) -> None:
+        for cache in (self.target, self.draft):
+            if cache is not None:
+                cache.cut(0)
+        self.committed = []
+
     def _restore(self) -> None:
         """Cut both caches back to a prefix of committed[:-1] (the step invariant)."""
         keep = self.committed[:-1]

@@ -19,7 +19,7 @@ from typing import Any, Protocol, Union
 import numpy as np
 
 from . import chat
-from .controller import FixedK
+from .controller import AdaptiveK, FixedK
 from .decoder import Decoder, Model
 from .detok import TextAssembler
 from .errors import EdgespecError
@@ -29,7 +29,6 @@ from .sampling import SamplingParams
 log = logging.getLogger("edgespec")
 
 Prompt = Union[str, Sequence[dict], Sequence[int]]
-DEFAULT_K = 5
 
 
 class TextModel(Model, Protocol):
@@ -148,12 +147,22 @@ class Engine:
             return [int(t) for t in items]
         return self._chat_tokens(chat.check_messages(items))
 
-    def _chat_tokens(self, messages: list[chat.Message]) -> list[int]:
+    def chat_text(self, messages: Sequence[dict]) -> str:
+        """The prompt text the chat template makes of `messages` (what gets tokenized)."""
         bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
         eos = self.target.token_text(self.target.eos_id) if self.target.eos_id >= 0 else ""
-        text = chat.render(self._template, messages, bos_token=bos, eos_token=eos)
+        return chat.render(self._template, chat.check_messages(messages), bos_token=bos, eos_token=eos)
+
+    def _chat_tokens(self, messages: list[chat.Message]) -> list[int]:
+        text = self.chat_text(messages)
+        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def reset(self) -> None:
+        """Empty both KV caches (the next request prefills from scratch, as in a fresh process)."""
+        with self._lock:
+            self._decoder.reset()
 
     # -- generation ------------------------------------------------------------------
     def cancel(self) -> None:
@@ -206,10 +215,9 @@ class Engine:
             finally:
                 steps.close()
 
-    def _controller(self, k: int | None):  # noqa: ANN202
-        if k is None:
-            k = self.default_k if self.default_k is not None else DEFAULT_K
-        return FixedK(k)
+    def _controller(self, k: int | None) -> FixedK | AdaptiveK:
+        k = k if k is not None else self.default_k
+        return FixedK(k) if k is not None else AdaptiveK()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
         parts: list[str] = []

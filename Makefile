@@ -1,0 +1,43 @@
+# edgespec: everything installs itself into .venv; no step needs doing by hand.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# llama-cpp-python compiles llama.cpp from source; use every core for it.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: setup demo chat test test-fast bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar off -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/edgespec models prepare demo
+	$(VENV)/bin/edgespec run --pair demo --max-tokens 128 --prompt "Write a haiku about speculative decoding, then explain it."
+
+chat: setup
+	$(VENV)/bin/edgespec models prepare demo
+	$(VENV)/bin/edgespec chat --pair demo
+
+test: setup
+	$(VENV)/bin/edgespec models prepare demo
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not real"
+
+bench: setup
+	$(VENV)/bin/edgespec models prepare demo demo-bad
+	$(VENV)/bin/edgespec bench --out bench-out
+
+lint: setup
+	$(VENV)/bin/ruff check edgespec tui tests
+	$(VENV)/bin/mypy edgespec
+
+clean:
+	rm -rf $(VENV) bench-out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Turn a bench result (bench.json) into the Markdown table and the PNG chart.
+
+Ratios are between figures measured in the same run. "Ideal" is DESIGN.md's
+formula fed with the costs this run measured: acceptance a (solved from the
+mean tokens per step), draft cost per token c_d, verify cost v(K+1) and v(1):
+ideal = E(K) * v(1) / (K * c_d + v(K+1)), with no Python time at all.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def _fixed(cell: dict) -> dict[int, float]:
+    return {int(k): v["tokens_per_s"] for k, v in cell["edgespec"].items() if k.isdigit() and int(k) > 0}
+
+
+def _median_run(entry: dict) -> dict:
+    runs = sorted(entry["runs"], key=lambda r: r["tokens_per_s"])
+    return runs[len(runs) // 2]
+
+
+def solve_acceptance(tokens_per_step: float, k: int) -> float:
+    """a such that (1 - a^(K+1)) / (1 - a) equals the measured tokens per step (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        e = sum(mid**i for i in range(k + 1))
+        lo, hi = (mid, hi) if e < tokens_per_step else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ideal_speedup(cell: dict, k: int) -> dict[str, float]:
+    run, plain = _median_run(cell["edgespec"][str(k)]), _median_run(cell["edgespec"]["0"])
+    a = solve_acceptance(run["tokens_per_step"], k)
+    c_d = run["draft_s"] / max(run["n_drafted"], 1)
+    v_k = run["verify_s"] / max(run["steps"], 1)
+    v_1 = plain["verify_s"] / max(plain["steps"], 1)
+    e = sum(a**i for i in range(k + 1))
+    ideal = e * v_1 / (k * c_d + v_k)
+    achieved = cell["edgespec"][str(k)]["tokens_per_s"] / cell["edgespec"]["0"]["tokens_per_s"]
+    return {"a": a, "c_d_ms": 1e3 * c_d, "v1_ms": 1e3 * v_1, "vk_ms": 1e3 * v_k, "ideal": ideal,
+            "achieved": achieved, "achieved_over_ideal": achieved / ideal if ideal else 0.0}
+
+
+def summarize(result: dict) -> list[dict[str, Any]]:
+    native_plain = (result.get("native_plain") or {}).get("tokens_per_s")
+    rows = []
+    for cell in result["cells"]:
+        fixed = _fixed(cell)
+        best_k = max(fixed, key=lambda k: fixed[k])
+        spec = {int(n): v["tokens_per_s"] for n, v in cell["native_spec"].items()}
+        best_n = max(spec, key=lambda n: spec[n]) if spec else None
+        adaptive = cell["edgespec"]["adaptive"]
+        arun = _median_run(adaptive)
+        row = {
+            "prompt": cell["prompt"], "T": cell["temperature"], "native_plain": native_plain,
+            "native_spec_best": spec.get(best_n) if best_n else None, "native_spec_n_max": best_n,
+            "edgespec_k0": cell["edgespec"]["0"]["tokens_per_s"], "best_fixed": fixed[best_k], "best_k": best_k,
+            "median_fixed": statistics.median(fixed.values()), "adaptive": adaptive["tokens_per_s"],
+            "adaptive_accept": arun["acceptance_rate"], "python_share": arun["python_s"] / max(arun["decode_s"], 1e-9),
+            "ideal": ideal_speedup(cell, best_k),
+        }
+        rows.append(row)
+    return rows
+
+
+def _r(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def markdown(result: dict) -> str:
+    rows = summarize(result)
+    out = [f"# edgespec bench: pair `{result['pair']}`, {result['tokens']} tokens, median of {result['repeats']}",
+           "", "Tokens/s (decode phase, after prefill). Native = llama.cpp binaries from the same source.", "",
+           "| prompt | T | native plain | native spec best (n_max) | edgespec K=0 | best fixed K | adaptive "
+           "| adaptive / native plain | adaptive / native spec | best fixed / native plain | best fixed / native spec "
+           "| adaptive / best fixed | adaptive / median fixed | Python share |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ns = f"{r['native_spec_best']:.1f} ({r['native_spec_n_max']})" if r["native_spec_best"] else "n/a"
+        npl = f"{r['native_plain']:.1f}" if r["native_plain"] else "n/a"
+        out.append(
+            f"| {r['prompt']} | {r['T']} | {npl} | {ns} | {r['edgespec_k0']:.1f} | {r['best_fixed']:.1f} (K={r['best_k']}) "
+            f"| {r['adaptive']:.1f} | {_r(r['adaptive'], r['native_plain'])} | {_r(r['adaptive'], r['native_spec_best'])} "
+            f"| {_r(r['best_fixed'], r['native_plain'])} | {_r(r['best_fixed'], r['native_spec_best'])} "
+            f"| {_r(r['adaptive'], r['best_fixed'])} | {_r(r['adaptive'], r['median_fixed'])} "
+            f"| {100 * r['python_share']:.0f}% |")
+    out += ["", "## Formula vs achieved (best fixed K of each cell)", "",
+            "| prompt | T | K | a | c_d ms | v(1) ms | v(K+1) ms | ideal speedup | achieved | achieved / ideal |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        i = r["ideal"]
+        out.append(f"| {r['prompt']} | {r['T']} | {r['best_k']} | {i['a']:.2f} | {i['c_d_ms']:.1f} | {i['v1_ms']:.1f} "
+                   f"| {i['vk_ms']:.1f} | {i['ideal']:.2f}x | {i['achieved']:.2f}x | {100 * i['achieved_over_ideal']:.0f}% |")
+    out += ["", "## Per K (tokens/s)", "", "| prompt | T | " + " | ".join(result["cells"][0]["edgespec"]) + " |",
+            "|---|---|" + "---|" * len(result["cells"][0]["edgespec"])]
+    for c in result["cells"]:
+        out.append(f"| {c['prompt']} | {c['temperature']} | "
+                   + " | ".join(f"{v['tokens_per_s']:.1f}" for v in c["edgespec"].values()) + " |")
+    if result.get("quantization"):
+        out += ["", "## Draft quantization under the same target (acceptance, K=4)", "",
+                "| draft | T=0 | T=0.8 | static warning |", "|---|---|---|---|"]
+        for q in result["quantization"]:
+            warn = "; ".join(w for w in q["warnings"] if "quantiz" in w.lower() or "bit" in w.lower()) or "none"
+            out.append(f"| {q['draft']} | {q['acceptance_T0.0']:.2f} | {q['acceptance_T0.8']:.2f} | {warn} |")
+    bp = result.get("bad_pair")
+    if bp:
+        out += ["", f"## Bad pair `{bp['pair']}` at T=1.0", "",
+                "| prompt | plain | adaptive | K=4 | adaptive / plain |", "|---|---|---|---|---|"]
+        for name, v in bp["prompts"].items():
+            p, a, k4 = v["plain"]["tokens_per_s"], v["adaptive"]["tokens_per_s"], v["k4"]["tokens_per_s"]
+            out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {_r(a, p)} |")
+    return "\n".join(out) + "\n"
+
+
+def chart(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = result["cells"]
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), sharey=True, squeeze=False)
+    native_plain = (result.get("native_plain") or {}).get("tokens_per_s")
+    for ax, cell in zip(axes[0], cells):
+        ks = sorted(int(k) for k in cell["edgespec"] if k.isdigit())
+        ax.plot(ks, [cell["edgespec"][str(k)]["tokens_per_s"] for k in ks], "o-", label="edgespec fixed K")
+        ax.axhline(cell["edgespec"]["adaptive"]["tokens_per_s"], color="C2", ls="--", label="edgespec adaptive")
+        if native_plain:
+            ax.axhline(native_plain, color="gray", ls=":", label="llama.cpp plain")
+        spec = [v["tokens_per_s"] for v in cell["native_spec"].values()]
+        if spec:
+            ax.axhline(max(spec), color="C3", ls="-.", label="llama.cpp spec (best n_max)")
+        ax.set_title(f"{cell['prompt']}, T={cell['temperature']}", fontsize=9)
+        ax.set_xlabel("K")
+    axes[0][0].set_ylabel("tokens/s")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_reports(result: dict, out: Path) -> None:
+    (out / "bench.md").write_text(markdown(result))
+    chart(result, out / "bench.png")
