@@ -24,6 +24,7 @@ from .decoder import Decoder, Model
 from .detok import TextAssembler
 from .errors import EdgespecError
 from .events import Result, StreamEvent
+from .pair import QuantReport, live_quantization_verdict
 from .sampling import SamplingParams
 
 log = logging.getLogger("edgespec")
@@ -60,6 +61,7 @@ class Engine:
         info: dict[str, Any] | None = None,
         default_k: int | None = None,
         p_min: float = 0.0,
+        quant_report: QuantReport | None = None,
     ) -> None:
         self.target = target
         self.draft = draft
@@ -68,6 +70,9 @@ class Engine:
         self._info = info or {}
         self.default_k = default_k
         self.p_min = p_min
+        self._quant = quant_report
+        self._live: str | None = None  # the live verdict on the quantization asymmetry
+        self._drafted = self._accepted = 0
         self._decoder = Decoder(target, draft)
         self.n_ctx = self._decoder.n_ctx
         self._lock = threading.Lock()
@@ -147,6 +152,10 @@ class Engine:
             return [int(t) for t in items]
         return self._chat_tokens(chat.check_messages(items))
 
+    def piece(self, token: int) -> bytes:
+        """The bytes one token stands for (for frontends that colour tokens one by one)."""
+        return self.target.piece(token)
+
     def chat_text(self, messages: Sequence[dict]) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
         bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
@@ -200,8 +209,10 @@ class Engine:
                 tokens, params, controller, max_tokens=max_tokens, speculative=speculative,
                 rng=rng, cancel=self._cancel, p_min=self.p_min,
             )
+            stats = None
             try:
                 for step in steps:
+                    stats = step.stats
                     piece, stop_at = text.feed(step.tokens)
                     toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
                     if stop_at is not None:
@@ -214,6 +225,21 @@ class Engine:
                         return
             finally:
                 steps.close()
+                self._update_live_warning(stats)
+
+    def _update_live_warning(self, stats: Any) -> None:
+        if self._quant is None or stats is None:
+            return
+        self._drafted += stats.n_drafted
+        self._accepted += stats.n_accepted
+        verdict = live_quantization_verdict(self._quant, self._drafted, self._accepted)
+        if verdict is None or verdict == self._live:
+            return
+        # the measured verdict replaces the static guess (and any earlier verdict)
+        self.warnings = [w for w in self.warnings if w not in self._quant.warnings and w != self._live]
+        self.warnings.append(verdict)
+        self._live = verdict
+        log.warning("%s", verdict)
 
     def _controller(self, k: int | None) -> FixedK | AdaptiveK:
         k = k if k is not None else self.default_k

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import load_config
 from .gguf_file import describe, read_gguf
-from .pair import check_tokenizers, memory_preflight, pair_verdict, quantization_warnings
+from .pair import check_tokenizers, memory_preflight, pair_verdict, quantization_report
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -38,9 +38,11 @@ def load_pair(
     t_info = read_gguf(target)
     d_info = read_gguf(draft) if draft is not None else None
     warnings: list[str] = []
+    quant = None
     if d_info is not None:
         check_tokenizers(t_info, d_info)
-        warnings += quantization_warnings(t_info, d_info)
+        quant = quantization_report(t_info, d_info)
+        warnings += quant.warnings
     draft_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
     memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=n_gpu_layers, draft_gpu_layers=draft_layers)
 
@@ -73,7 +75,7 @@ def load_pair(
     }
     return cls(
         t_model, d_model, name=name or Path(target).name, warnings=warnings, info=info,
-        default_k=k, p_min=p_min if p_min is not None else 0.0,
+        default_k=k, p_min=p_min if p_min is not None else 0.0, quant_report=quant,
     )
 
 

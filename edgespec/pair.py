@@ -241,3 +241,27 @@ def pair_verdict(target: GGUFInfo, draft: GGUFInfo) -> dict[str, Any]:
             "acceptance may be low, prefer a draft from the same model family"
         )
     return {"compatible": not messages, "messages": messages, "warnings": warnings}
+
+
+LIVE_MIN_DRAFTED = 64
+LIVE_LOW_ACCEPTANCE = 0.6
+
+
+def live_quantization_verdict(report: QuantReport, n_drafted: int, n_accepted: int) -> str | None:
+    """Confirm or retract the static asymmetry warning from measured acceptance.
+
+    None until enough draft tokens were seen, and for pairs without an asymmetry warning.
+    """
+    if not report.warnings or n_drafted < LIVE_MIN_DRAFTED:
+        return None
+    rate = n_accepted / n_drafted
+    if rate < LIVE_LOW_ACCEPTANCE:
+        return (
+            f"confirmed: the {report.draft_quant} draft accepts only {100 * rate:.0f}% of {n_drafted} draft "
+            f"tokens under the {report.target_quant} target; use a higher-bit draft of the same model "
+            "(Q8_0 or Q4_K_M) for more speed"
+        )
+    return (
+        f"the {report.draft_quant} draft accepts {100 * rate:.0f}% of {n_drafted} draft tokens: "
+        "its low bit width is not hurting this pair"
+    )

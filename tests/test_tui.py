@@ -1,0 +1,448 @@
+"""The chat app driven by Textual's Pilot over a real Engine on fake models (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from edgespec_tui.app import ChatApp, ChatOptions, create_app
+from edgespec_tui.cli import add_parser
+from edgespec_tui.text import StepSplitter, stats_line, to_markdown, visible
+from edgespec_tui.widgets import InfoScreen, MessageView
+from rich.text import Text
+
+from edgespec.engine import Engine
+from edgespec.errors import EdgespecError
+from tests.fakes import FakeModel, make_engine
+
+SIZE = (100, 30)
+pytestmark = pytest.mark.anyio  # the async tests run on asyncio through anyio's pytest plugin
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def options(**kw: object) -> ChatOptions:
+    base: dict[str, object] = dict(
+        seed=0, k=4, max_tokens=24, timings=False, sys_reader=lambda: (123e6, 42.0)
+    )
+    base.update(kw)
+    return ChatOptions(**base)  # type: ignore[arg-type]
+
+
+async def settle(pilot, app: ChatApp) -> None:  # noqa: ANN001
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def send(pilot, app: ChatApp, text: str) -> None:  # noqa: ANN001
+    app.query_one("#prompt").value = text
+    await pilot.press("enter")
+    await settle(pilot, app)
+
+
+class SlowModel(FakeModel):
+    """A fake whose every forward pass takes a while, so keys land mid-generation."""
+
+    delay = 0.01
+
+    def eval(self, tokens, pos, logits_from=None):  # noqa: ANN001, ANN201
+        time.sleep(self.delay)
+        return super().eval(tokens, pos, logits_from)
+
+
+class MarkupModel(FakeModel):
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return b"" if token < 3 and not special else b"[bold]x[/bold] \x1b[31m"
+
+
+def slow_engine() -> Engine:
+    return Engine(SlowModel(n_ctx=4096), SlowModel(noise=0.5, n_ctx=4096), name="slow")  # type: ignore[arg-type]
+
+
+def body(view: MessageView) -> str:
+    content = view.content
+    assert isinstance(content, Text)
+    return content.plain
+
+
+# -- sending and streaming -------------------------------------------------------------------
+
+
+async def test_send_streams_one_update_per_step() -> None:
+    steps: list[ChatApp.Step] = []
+    app = create_app(make_engine(), options=options())
+    hook = lambda m: steps.append(m) if isinstance(m, ChatApp.Step) else None  # noqa: E731
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await send(pilot, app, "t5 t6")
+        assert [m["role"] for m in app.history] == ["user", "assistant"]
+        assert app.history[0]["content"] == "t5 t6"
+        reply = app.messages("assistant")[0]
+        assert reply.text == app.history[1]["content"] != ""
+        assert reply.text.startswith("t") and reply.text.split()[0][1:].isdigit()
+        stats = app.last_stats
+        assert stats.n_generated == 24 and stats.n_drafted > 0
+        assert app.last_reason == "length"
+        # one UI message per speculative step, several tokens each (not per character)
+        assert len(steps) == stats.steps < stats.n_generated
+        assert "".join(s for m in steps for s, _ in m.segments) == reply.text
+        assert "max tokens (24)" in reply.meta and "accept" in reply.meta
+        assert not app.generating and app.query_one("#prompt").value == ""
+
+
+async def test_follow_up_prefills_only_the_new_turn() -> None:
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        first = app.last_stats
+        await send(pilot, app, "t7 t8 t9")
+        second = app.last_stats
+        assert len(app.history) == 4
+        assert second.n_prompt > first.n_prompt + first.n_generated
+        assert second.n_prefilled < second.n_prompt / 2
+
+
+async def test_draft_and_target_tokens_are_split() -> None:
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        reply = app.messages("assistant")[0]
+        flags = {f for _, f in reply.segments}
+        assert flags == {True, False}
+        # every step ends with the target's own token (correction or bonus)
+        assert reply.segments[-1][1] is False or app.last_reason == "length"
+        spans = body_spans(reply)
+        assert {s.style for s in spans} == {
+            reply.get_component_rich_style("message--draft"),
+            reply.get_component_rich_style("message--target"),
+        }
+
+
+def body_spans(view: MessageView) -> list:  # noqa: ANN201
+    content = view.content
+    assert isinstance(content, Text)
+    meta = view.get_component_rich_style("message--meta")
+    return [s for s in content.spans if s.style != meta]
+
+
+async def test_markup_and_escape_codes_in_output_are_shown_literally() -> None:
+    engine = Engine(MarkupModel(), MarkupModel(noise=0.5), name="markup")  # type: ignore[arg-type]
+    app = create_app(engine, options=options(max_tokens=3))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 [red]hi[/red]")
+        reply = app.messages("assistant")[0]
+        assert reply.text == "[bold]x[/bold] \x1b[31m" * 3
+        shown = body(reply)
+        assert "[bold]x[/bold] ␛[31m" in shown and "\x1b" not in shown
+        assert "[red]hi[/red]" in body(app.messages("user")[0])
+        assert "\x1b" not in app.export_screenshot()
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+
+async def test_escape_cancels_quickly_and_keeps_the_text() -> None:
+    app = create_app(slow_engine(), options=options(max_tokens=2000))  # K=4: 50 ms steps
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5 t6"
+        await pilot.press("enter")
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if app.messages("assistant")[0].text:
+                break
+        assert app.generating
+        t0 = time.monotonic()
+        await pilot.press("escape")
+        while app.generating and time.monotonic() - t0 < 2:
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - t0 < 0.25
+        await settle(pilot, app)
+        reply = app.messages("assistant")[0]
+        assert app.last_reason == "cancelled" and reply.text
+        assert "[stopped]" in reply.meta
+        assert app.history[-1] == {"role": "assistant", "content": reply.text}
+        assert not app.engine.busy
+        app.options.max_tokens = 8
+        await send(pilot, app, "t9")  # the conversation goes on
+        assert len(app.history) == 4
+
+
+async def test_new_chat_clears_the_conversation() -> None:
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert app.history == [] and app.messages("assistant") == [] and app.messages("user") == []
+        assert app.status.stats is None
+        await send(pilot, app, "t5 t6")
+        assert len(app.history) == 2
+
+
+async def test_new_chat_during_a_generation_drops_the_old_reply() -> None:
+    app = create_app(slow_engine(), options=options(max_tokens=2000))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5 t6"
+        await pilot.press("enter")
+        await asyncio.sleep(0.2)
+        await pilot.press("ctrl+n")
+        await settle(pilot, app)
+        assert app.history == [] and app.messages("assistant") == []
+        assert not app.engine.busy
+
+
+async def test_toggle_speculation_between_replies() -> None:
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+t")
+        assert app.speculative is False and app.status.speculative is False
+        await send(pilot, app, "t5 t6")
+        assert app.last_stats.speculative is False and app.last_stats.n_drafted == 0
+        assert "plain decoding" in app.messages("assistant")[0].meta
+        assert {f for _, f in app.messages("assistant")[0].segments} == {False}
+        await pilot.press("ctrl+t")
+        await send(pilot, app, "t7")
+        assert app.last_stats.speculative is True and app.last_stats.n_drafted > 0
+
+
+async def test_toggle_speculation_without_a_draft_says_so() -> None:
+    app = create_app(make_engine(draft=False), options=options())
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        assert app.speculative is False
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.speculative is False
+        assert any("no draft" in n.message for n in app._notifications)
+        assert "spec n/a" in app.status.content.plain
+
+
+async def test_toggle_highlighting() -> None:
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        reply = app.messages("assistant")[0]
+        assert body_spans(reply)
+        await pilot.press("ctrl+g")
+        assert app.highlight is False and reply.highlight is False
+        assert body_spans(reply) == []
+        assert "highlight off" in app.status.content.plain
+        await pilot.press("ctrl+g")
+        assert body_spans(reply)
+
+
+async def test_temperature_keys() -> None:
+    engine = make_engine()
+    seen: list[float] = []
+    real = engine.stream
+
+    def spy(prompt, **kw):  # noqa: ANN001, ANN202
+        seen.append(kw["temperature"])
+        return real(prompt, **kw)
+
+    engine.stream = spy  # type: ignore[method-assign]
+    app = create_app(engine, options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+up")
+        assert app.temperature == pytest.approx(0.9)
+        await send(pilot, app, "t5")
+        for _ in range(12):
+            await pilot.press("ctrl+down")
+        assert app.temperature == 0.0
+        assert "T=0.00" in app.status.content.plain
+        await send(pilot, app, "t6")
+        assert seen == [pytest.approx(0.9), 0.0]
+
+
+async def test_ctrl_q_quits_mid_generation() -> None:
+    engine = slow_engine()
+    app = create_app(engine, options=options(max_tokens=2000))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5"
+        await pilot.press("enter")
+        await asyncio.sleep(0.1)
+        await pilot.press("ctrl+q")
+    assert app.return_code in (0, None)
+    for _ in range(100):
+        if not engine.busy:
+            break
+        time.sleep(0.01)
+    assert not engine.busy
+
+
+# -- errors, warnings, info, save ------------------------------------------------------------------
+
+
+async def test_context_full_shows_in_the_chat_and_keeps_the_conversation() -> None:
+    app = create_app(make_engine(n_ctx=40), options=options(max_tokens=100))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        assert app.last_reason == "length"
+        assert "context is full" in app.messages("assistant")[0].meta
+        kept = list(app.history)
+        await send(pilot, app, "t7 t8")
+        errors = app.messages("error")
+        assert len(errors) == 1 and "context" in errors[0].text
+        assert app.history == kept  # the earlier turns are still there
+        assert len(app.messages("assistant")) == 1
+        assert app.query_one("#prompt").value == "t7 t8"  # the message is back in the box to retry
+        assert not app.generating
+
+
+async def test_an_unexpected_failure_is_a_chat_message_too() -> None:
+    engine = make_engine()
+    engine.target.fail_at_eval = 1  # type: ignore[attr-defined]
+    app = create_app(engine, options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        assert app.messages("error") and "injected failure" in app.messages("error")[0].text
+        assert not app.generating
+
+
+async def test_warnings_appear_in_the_ui() -> None:
+    app = create_app(
+        make_engine(warnings=["the draft is Q2_K under an F16 target"]), options=options()
+    )
+    async with app.run_test(size=SIZE):
+        box = app.query_one("#warnings")
+        assert box.display and "Q2_K" in str(box.content)
+
+
+INFO = {
+    "target": {
+        "architecture": "llama",
+        "name": "Big",
+        "quantization": "F32",
+        "file_size": 540_000_000,
+    },
+    "draft": {"architecture": "llama", "name": "Small", "quantization": "Q4_1"},
+    "pair": {"compatible": True, "messages": [], "warnings": ["draft is much lower-bit"]},
+    "gpu_offload": {"supported": True, "target_layers": 30, "draft_layers": 0},
+    "n_ctx": 512,
+    "threads": 2,
+}
+
+
+async def test_model_info_screen() -> None:
+    app = create_app(make_engine(info=INFO), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        assert "GPU: target 30 layers, draft CPU" in app.status.content.plain
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, InfoScreen)
+        text = str(app.screen.query_one("#info-text").content)
+        for part in (
+            "target:",
+            "Big",
+            "Q4_1",
+            "pair: compatible",
+            "draft is much lower-bit",
+            "515 MB",
+        ):
+            assert part in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, InfoScreen)
+
+
+async def test_save_writes_markdown(tmp_path: Path) -> None:
+    app = create_app(make_engine(), options=options(save_dir=tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/save early.md")
+        assert "nothing to save" in app.messages("error")[0].text
+        await send(pilot, app, "t5 t6")
+        await send(pilot, app, "/save out/chat.md")
+        text = (tmp_path / "out" / "chat.md").read_text()
+        assert "## You\n\nt5 t6\n" in text
+        assert f"## Assistant\n\n{app.history[1]['content'].rstrip()}\n" in text
+        assert "saved 2 messages" in app.messages("note")[-1].text
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert len(list(tmp_path.glob("edgespec-chat-*.md"))) == 1
+        (tmp_path / "file").write_text("")
+        await send(pilot, app, "/save file/x.md")
+        assert "could not save" in app.messages("error")[-1].text
+        await send(pilot, app, "/nope")
+        assert "unknown command /nope" in app.messages("error")[-1].text
+
+
+async def test_enter_while_generating_does_not_send() -> None:
+    app = create_app(slow_engine(), options=options(max_tokens=60))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5"
+        await pilot.press("enter")
+        app.query_one("#prompt").value = "t6"
+        await pilot.press("enter")
+        assert app.query_one("#prompt").value == "t6"
+        await settle(pilot, app)
+        assert len(app.history) == 2
+
+
+# -- the CLI and the pure helpers ---------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgespec")
+    add_parser(p.add_subparsers(dest="command"))
+    return p
+
+
+def test_chat_subcommand_takes_run_options() -> None:
+    args = parser().parse_args(
+        [
+            "chat",
+            "--pair",
+            "demo",
+            "--temperature",
+            "0.3",
+            "--k",
+            "3",
+            "--no-spec",
+            "--max-tokens",
+            "99",
+            "--seed",
+            "7",
+        ]
+    )
+    opts = ChatOptions.from_args(args)
+    assert (opts.temperature, opts.k, opts.speculative, opts.max_tokens, opts.seed) == (
+        0.3,
+        3,
+        False,
+        99,
+        7,
+    )
+    assert args.pair == "demo" and callable(args.func)
+
+
+def test_chat_load_errors_propagate_as_edgespec_errors() -> None:
+    args = parser().parse_args(["chat", "--draft", "x.gguf"])
+    with pytest.raises(EdgespecError, match="--draft needs --target"):
+        args.func(args)
+
+
+def test_visible_replaces_control_characters() -> None:
+    assert visible("a\x1b[31mb\tc\nd\x07\x7f\x9b") == "a␛[31mb\tc\nd␇␡\ufffd"
+
+
+def test_splitter_attributes_a_character_to_the_token_that_completes_it() -> None:
+    pieces = {5: "é".encode()[:1], 6: "é".encode()[1:] + b"!", 7: b"ok"}
+    s = StepSplitter(pieces.__getitem__)
+    assert s.split("", (5,), (True,)) == []
+    assert s.split("é!ok", (6, 7), (True, False)) == [("é!", True), ("ok", False)]
+    # a mismatch (should not happen) shows the step as the target's own text
+    assert StepSplitter(pieces.__getitem__).split("zz", (7,), (True,)) == [("zz", True)]
+    assert StepSplitter(None).split("ab", (7, 7), (True, False)) == [("ab", False)]
+
+
+def test_stats_line_without_timings_and_markdown() -> None:
+    assert stats_line(None) == "no generation yet"
+    md = to_markdown(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo\n"}], name="demo"
+    )
+    assert md.startswith("# edgespec chat — demo") and "## You\n\nhi\n\n## Assistant\n\nyo\n" in md

@@ -1,0 +1,419 @@
+"""The chat app. `create_app(engine, options=...)` is shared by `edgespec chat` and the tests.
+
+Generation runs in a thread worker: it iterates `engine.stream(...)` and posts one
+message per speculative step back to the UI thread, which appends the step's text
+to the reply once (not per character). The conversation is a list of chat
+messages; each turn resends it all, and the engine's prefix reuse prefills only
+the new turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Header, Input, Static
+
+from edgespec.errors import EdgespecError
+
+from .text import Segment, StepSplitter, gpu_line, stats_line, to_markdown, visible
+from .widgets import InfoScreen, MessageView, StatusBar
+
+SysReader = Callable[[], "tuple[float | None, float | None]"]  # (rss bytes, cpu percent)
+T_STEP, T_MAX = 0.1, 2.0
+HELP = (
+    "Enter sends · Esc stops · /save PATH writes Markdown · /new starts over · "
+    "colours (ctrl+g): draft tokens the target accepted, and the target's own tokens"
+)
+
+
+def psutil_reader() -> SysReader:
+    import psutil
+
+    proc = psutil.Process()
+    proc.cpu_percent(None)  # the first call only starts the measurement
+
+    def read() -> tuple[float | None, float | None]:
+        return float(proc.memory_info().rss), proc.cpu_percent(None)
+
+    return read
+
+
+@dataclass
+class ChatOptions:
+    """Sampling options (as `edgespec run`) plus what the UI shows."""
+
+    max_tokens: int = 256
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+    k: int | None = None
+    speculative: bool = True
+    highlight: bool = True
+    timings: bool = True  # False: no wall-clock numbers on screen (deterministic snapshots)
+    sys_reader: SysReader | None = None  # None: psutil on this process
+    refresh_s: float = 1.0  # how often memory/CPU are read
+    save_dir: Path = field(default_factory=Path.cwd)
+
+    @classmethod
+    def from_args(cls, args: Any) -> ChatOptions:
+        from edgespec.cli import sampling_options
+
+        return cls(**sampling_options(args))
+
+    def sampling(self) -> dict[str, Any]:
+        return dict(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            seed=self.seed,
+            k=self.k,
+        )
+
+
+class ChatApp(App[None]):
+    CSS_PATH = "chat.tcss"
+    TITLE = "edgespec chat"
+
+    ENABLE_COMMAND_PALETTE = False  # the footer needs the room; every action has a key
+    BINDINGS = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_chat", "New"),
+        Binding("ctrl+t", "toggle_spec", "Spec"),
+        Binding("ctrl+g", "toggle_highlight", "Colours"),
+        Binding("ctrl+up", "temperature(1)", "T+", key_display="^↑"),
+        Binding("ctrl+down", "temperature(-1)", "T-", key_display="^↓"),
+        Binding("ctrl+o", "info", "Info"),
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    # -- messages from the generation thread -------------------------------------------
+    class Step(Message):
+        def __init__(self, gen: int, segments: list[Segment], stats: Any) -> None:
+            super().__init__()
+            self.gen, self.segments, self.stats = gen, segments, stats
+
+    class Finished(Message):
+        def __init__(self, gen: int, reason: str | None, stats: Any) -> None:
+            super().__init__()
+            self.gen, self.reason, self.stats = gen, reason, stats
+
+    class Failed(Message):
+        def __init__(self, gen: int, error: str) -> None:
+            super().__init__()
+            self.gen, self.error = gen, error
+
+    def __init__(self, engine: Any, options: ChatOptions | None = None) -> None:
+        super().__init__()
+        self.engine = engine
+        self.options = options or ChatOptions()
+        self.speculative = self.options.speculative and engine.has_draft
+        self.temperature = self.options.temperature
+        self.highlight = self.options.highlight
+        self.history: list[dict[str, str]] = []
+        self.generating = False
+        self.last_stats: Any = None
+        self.last_reason: str | None = None
+        self._gen = 0
+        self._stop = threading.Event()
+        self._reply: MessageView | None = None
+        self._pending_user: dict[str, str] | None = None
+        self._shown_warnings = 0
+        self._sys_reader = self.options.sys_reader
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="warnings")
+        yield VerticalScroll(id="chat")
+        yield Input(placeholder="Ask something (Enter sends, /save PATH, /new)", id="prompt")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = visible(self.engine.name or "")
+        self.status.set(
+            has_draft=self.engine.has_draft,
+            speculative=self.speculative,
+            k=self.options.k,
+            temperature=self.temperature,
+            highlight=self.highlight,
+            timings=self.options.timings,
+            gpu=gpu_line(self.engine.info()),
+        )
+        self.show_warnings()
+        if self._sys_reader is None:
+            self._sys_reader = psutil_reader()
+        self.read_sys()
+        self.set_interval(self.options.refresh_s, self.read_sys)
+        self.query_one("#prompt", Input).focus()
+        self.add_message("note", HELP)
+
+    # -- helpers ------------------------------------------------------------------------
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one("#status", StatusBar)
+
+    @property
+    def chat(self) -> VerticalScroll:
+        return self.query_one("#chat", VerticalScroll)
+
+    def messages(self, role: str | None = None) -> list[MessageView]:
+        return [m for m in self.query(MessageView) if role is None or m.role == role]
+
+    def add_message(self, role: str, text: str = "") -> MessageView:
+        view = MessageView(role, text, highlight=self.highlight)
+        self.chat.mount(view)
+        self.chat.scroll_end(animate=False)
+        return view
+
+    def show_warnings(self) -> None:
+        box = self.query_one("#warnings", Static)
+        warnings = list(self.engine.warnings)
+        box.update(visible("\n".join(f"⚠ {w}" for w in warnings)))
+        box.display = bool(warnings)
+        self._shown_warnings = len(warnings)
+
+    def read_sys(self) -> None:
+        try:
+            rss, cpu = self._sys_reader() if self._sys_reader else (None, None)
+        except Exception:  # noqa: BLE001 - a status reading must never break the chat
+            rss, cpu = None, None
+        self.status.set(rss=rss, cpu=cpu)
+
+    def settings_text(self) -> str:
+        spec = "speculative" if self.speculative else "plain decoding"
+        return f"{spec}, temperature {self.temperature:.2f}"
+
+    # -- sending ------------------------------------------------------------------------
+    @on(Input.Submitted, "#prompt")
+    def submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if text.startswith("/"):
+            event.input.value = ""
+            self.command(text)
+            return
+        if self.generating:
+            self.notify("still generating: Esc stops it", severity="warning")
+            return
+        event.input.value = ""
+        self.send(text)
+
+    def send(self, text: str) -> None:
+        self.add_message("user", text)
+        self._pending_user = {"role": "user", "content": text}
+        self._reply = self.add_message("assistant")
+        self._gen += 1
+        self._stop.clear()
+        self.generating = True
+        self.status.set(generating=True)
+        self.generate(
+            self._gen,
+            [*self.history, self._pending_user],
+            self.speculative,
+            dict(self.options.sampling(), temperature=self.temperature),
+        )
+
+    @work(thread=True, group="generate")
+    def generate(
+        self, gen: int, messages: list[dict[str, str]], speculative: bool, sampling: dict[str, Any]
+    ) -> None:
+        splitter = StepSplitter(getattr(self.engine, "piece", None))
+        try:
+            stream = self.engine.stream(messages, speculative=speculative, **sampling)
+            event, last_k = None, None
+            for event in stream:
+                if self._stop.is_set():
+                    # also covers a stop pressed before the stream took the engine's lock
+                    self.engine.cancel()
+                stats = dataclasses.replace(event.stats)  # the engine keeps updating its own copy
+                last_k = stats.k = self._shown_k(stats, len(event.tokens), sampling, last_k)
+                segments = splitter.split(
+                    event.text,
+                    event.tokens,
+                    event.from_draft,
+                    final=event.finish_reason is not None,
+                )
+                if segments or event.finish_reason is None:
+                    self.post_message(self.Step(gen, segments, stats))
+                if event.finish_reason is not None:
+                    self.post_message(self.Finished(gen, event.finish_reason, stats))
+                    return
+            self.post_message(self.Finished(gen, None, event.stats if event else None))
+        except EdgespecError as err:
+            self.post_message(self.Failed(gen, str(err)))
+        except Exception as err:  # noqa: BLE001 - shown in the chat, the app keeps running
+            self.post_message(self.Failed(gen, f"internal error ({type(err).__name__}): {err}"))
+
+    def _shown_k(self, stats: Any, n_new: int, sampling: dict[str, Any], last_k: int | None) -> int:
+        """K is clipped near max_tokens and the context end: keep showing the K chosen before."""
+        before = stats.n_generated - n_new
+        room = min(sampling["max_tokens"], self.engine.n_ctx - stats.n_prompt) - before
+        clipped = n_new == 0 or stats.k >= room - 1
+        return stats.k if last_k is None or not clipped else last_k
+
+    @on(Step)
+    def step(self, message: Step) -> None:
+        if message.gen != self._gen or self._reply is None:
+            return
+        follow = self.chat.scroll_y >= self.chat.max_scroll_y - 1  # the user did not scroll up
+        if message.segments:
+            self._reply.append(message.segments)
+        self.last_stats = message.stats
+        self.status.set(stats=message.stats)
+        if follow:
+            self.chat.scroll_end(animate=False)
+
+    @on(Finished)
+    def finished(self, message: Finished) -> None:
+        if message.gen != self._gen or self._reply is None:
+            return
+        reply, self._reply = self._reply, None
+        self.last_reason = message.reason
+        if message.stats is not None:
+            self.last_stats = message.stats
+        notes = {"cancelled": "stopped", "length": self._length_note(message.stats)}
+        meta = stats_line(message.stats, timings=self.options.timings) if message.stats else ""
+        if message.reason in notes:
+            meta = f"[{notes[message.reason]}] {meta}"
+        reply.set_meta(meta)
+        if self._pending_user is not None:
+            self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
+        self._done(message.stats)
+
+    def _length_note(self, stats: Any) -> str:
+        if stats is not None and stats.n_prompt + stats.n_generated >= self.engine.n_ctx - 1:
+            return "the context is full: ctrl+n starts a new chat"
+        return f"max tokens ({self.options.max_tokens})"
+
+    @on(Failed)
+    def failed(self, message: Failed) -> None:
+        if message.gen != self._gen:
+            return
+        reply, self._reply = self._reply, None
+        if reply is not None and reply.text and self._pending_user is not None:
+            # keep what was produced before the error, like a cancel
+            reply.set_meta("[error]")
+            self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
+        elif reply is not None:
+            reply.remove()
+            prompt = self.query_one("#prompt", Input)
+            if not prompt.value and self._pending_user is not None:
+                prompt.value = self._pending_user[
+                    "content"
+                ]  # the turn was not taken: edit and retry
+        self.add_message("error", message.error)
+        self._done(None)
+
+    def _done(self, stats: Any) -> None:
+        self.generating = False
+        self._pending_user = None
+        self.status.set(generating=False, **({"stats": stats} if stats is not None else {}))
+        if len(self.engine.warnings) != self._shown_warnings:
+            self.show_warnings()
+        self.chat.scroll_end(animate=False)
+
+    # -- commands -------------------------------------------------------------------------
+    def command(self, text: str) -> None:
+        name, _, arg = text.partition(" ")
+        if name == "/save":
+            self.save(arg.strip() or None)
+        elif name == "/new":
+            self.action_new_chat()
+        elif name == "/info":
+            self.action_info()
+        else:
+            self.add_message("error", f"unknown command {name}: try /save PATH, /new or /info")
+
+    def save(self, path: str | None = None) -> Path | None:
+        if path is None:
+            target = self.options.save_dir / f"edgespec-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
+        else:
+            target = Path(path).expanduser()
+            if not target.is_absolute():
+                target = self.options.save_dir / target
+        if not self.history:
+            self.add_message("error", "nothing to save yet")
+            return None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(
+                to_markdown(self.history, name=self.engine.name, settings=self.settings_text()),
+                encoding="utf-8",
+            )
+        except OSError as err:
+            self.add_message("error", f"could not save to {target}: {err.strerror or err}")
+            return None
+        self.add_message("note", f"saved {len(self.history)} messages to {target}")
+        return target
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.generating:
+            self._stop.set()
+            self.engine.cancel()
+
+    def action_new_chat(self) -> None:
+        if self.generating:
+            self._stop.set()
+            self.engine.cancel()
+        self._gen += 1  # anything still arriving from the old generation is dropped
+        self.generating = False
+        self._reply = None
+        self._pending_user = None
+        self.history = []
+        self.last_stats = None
+        self.chat.remove_children()
+        self.status.set(generating=False, stats=None)
+        self.add_message("note", "new chat")
+
+    def action_toggle_spec(self) -> None:
+        if not self.engine.has_draft:
+            self.notify("no draft model is loaded: plain decoding only", severity="warning")
+            return
+        self.speculative = not self.speculative
+        self.status.set(speculative=self.speculative)
+        self.notify(f"speculation {'on' if self.speculative else 'off'} from the next reply")
+
+    def action_toggle_highlight(self) -> None:
+        self.highlight = not self.highlight
+        for view in self.messages("assistant"):
+            view.set_highlight(self.highlight)
+        self.status.set(highlight=self.highlight)
+
+    def action_temperature(self, direction: int) -> None:
+        t = round(min(T_MAX, max(0.0, self.temperature + direction * T_STEP)), 2)
+        self.temperature = t
+        self.status.set(temperature=t)
+
+    def action_info(self) -> None:
+        self.push_screen(InfoScreen(self.engine))
+
+    def action_save(self) -> None:
+        self.save(None)
+
+    async def action_quit(self) -> None:
+        self._stop.set()
+        self.engine.cancel()
+        self.exit()
+
+
+def create_app(engine: Any, *, options: ChatOptions | None = None) -> ChatApp:
+    """The chat app over a loaded engine (what `edgespec chat` runs and the tests drive)."""
+    return ChatApp(engine, options)
