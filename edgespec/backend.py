@@ -125,7 +125,8 @@ class LlamaModel:
             raise BackendError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}; try a smaller --n-ctx")
         self.threads = threads
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
-        self.n_batch = n_batch
+        # llama.cpp may round n_ctx up and clamp n_batch to it: use what it settled on
+        self.n_batch = min(n_batch, int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._mem = llama_cpp.llama_get_memory(self._ctx)

@@ -1,0 +1,110 @@
+"""Bad input through the real command line: exit code 2, one line on stderr, no traceback, fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gguf_corpus import small_model, write_corpus
+
+from edgespec import cli
+from tests.conftest import demo_paths
+
+EDGESPEC = [sys.executable, "-m", "edgespec.cli"]
+
+
+def run_cli(*args: str, timeout: float = 60) -> tuple[int, str, str, float]:
+    t0 = time.monotonic()
+    p = subprocess.run([*EDGESPEC, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
+def assert_one_line_error(rc: int, err: str, elapsed: float, limit: float = 2.0) -> None:
+    assert rc == 2, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("edgespec: error: "), err
+    assert "Traceback" not in err
+    assert elapsed < limit, f"took {elapsed:.1f}s"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("corpus")
+    files = write_corpus(d)
+    (d / "a_directory").mkdir()
+    files["directory"] = d / "a_directory"
+    files["missing"] = d / "does-not-exist.gguf"
+    return files
+
+
+def test_every_malformed_file_is_refused_in_one_line(corpus: dict[str, Path]) -> None:
+    assert len(corpus) >= 10
+    for name, path in corpus.items():
+        rc, _, err, elapsed = run_cli("run", "--target", str(path), "--prompt", "hi")
+        assert_one_line_error(rc, err, elapsed)
+        assert str(path.name) in err or "GGUF" in err or "exist" in err, (name, err)
+
+
+def test_inspect_refuses_a_malformed_file_too(corpus: dict[str, Path]) -> None:
+    rc, _, err, elapsed = run_cli("inspect", str(corpus["empty"]) if "empty" in corpus else str(corpus["missing"]))
+    assert_one_line_error(rc, err, elapsed)
+
+
+def test_incompatible_vocabularies_name_the_differing_token(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    tokens = [f"tok{i}" for i in range(300)]
+    a.write_bytes(small_model(tokens=tokens))
+    b.write_bytes(small_model(tokens=tokens[:7] + ["other"] + tokens[8:]))
+    rc, _, err, elapsed = run_cli("run", "--target", str(a), "--draft", str(b))
+    assert_one_line_error(rc, err, elapsed)
+    assert "7" in err
+
+
+def test_not_enough_memory_is_refused_with_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import psutil
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(small_model())
+
+    class Tiny:
+        available = 1024
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Tiny())
+    rc = cli.main(["run", "--target", str(model), "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "GiB" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_usage_errors_are_one_line() -> None:
+    rc, _, err, elapsed = run_cli("run", "--draft", "x.gguf")
+    assert_one_line_error(rc, err, elapsed)
+
+
+@pytest.mark.real
+def test_prompt_longer_than_context_is_refused() -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    rc, _, err, _ = run_cli("run", "--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "64",
+                            "--prompt", "word " * 600)
+    assert_one_line_error(rc, err, 0.0, limit=1e9)
+    assert "context" in err
+
+
+@pytest.mark.real
+def test_run_json_prints_one_object_with_stats() -> None:
+    if demo_paths() is None:
+        pytest.skip("demo pair not prepared")
+    env = dict(os.environ)
+    p = subprocess.run([*EDGESPEC, "run", "--pair", "demo", "--json", "--max-tokens", "16", "--temperature", "0"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) == {"text", "tokens", "finish_reason", "stats", "warnings"}
+    assert out["stats"]["n_generated"] == len(out["tokens"]) and out["stats"]["n_drafted"] > 0
