@@ -12,7 +12,7 @@ this machine (DESIGN.md, "The K controller"):
     speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
 
 alpha_i, the draft cost per token c_d, the verify cost v(n) per batch size and
-the fixed overhead o are exponentially decayed averages, so they follow the
+the fixed overhead o are medians of recent steps (alpha: decayed counts), so they follow the
 text as it changes. K = 0 wins when speculation does not pay; the controller
 then probes a small K now and then so it notices when acceptance recovers, and
 otherwise probes the neighbours of its best K so their estimates stay fresh.
@@ -21,6 +21,8 @@ Pure: no model, no clock, no I/O.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -31,6 +33,9 @@ class StepOutcome:
     draft_s: float
     verify_s: float
     step_s: float
+
+
+WARMUP = (0, 4, 4, 0, 2, 6, 2, 6, 0)
 
 
 class FixedK:
@@ -49,24 +54,28 @@ class FixedK:
         return None
 
 
-class _Avg:
-    """An exponentially decayed average that remembers whether it has seen anything."""
+class _Recent:
+    """The median of the last few timings: robust to the first call of a new batch shape
+    (llama.cpp builds a graph for it) and to a moment of contention on a shared machine."""
 
-    __slots__ = ("value", "n", "decay")
+    __slots__ = ("samples", "n")
 
-    def __init__(self, prior: float, decay: float) -> None:
-        self.value, self.n, self.decay = prior, 0, decay
+    def __init__(self, size: int = 9) -> None:
+        self.samples: deque[float] = deque(maxlen=size)
+        self.n = 0
 
     def add(self, x: float) -> None:
-        # the first few samples count fully, later ones at the decay rate
-        w = max(1.0 - self.decay, 1.0 / (self.n + 1))
-        self.value += w * (x - self.value)
+        self.samples.append(x)
         self.n += 1
+
+    @property
+    def value(self) -> float:
+        return statistics.median(self.samples) if self.samples else 0.0
 
 
 class AdaptiveK:
     def __init__(self, k_max: int = 10, *, probe_every: int = 8, recover_every: int = 16,
-                 decay: float = 0.9, prior_alpha: float = 0.6) -> None:
+                 decay: float = 0.97, prior_alpha: float = 0.6) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
         self.recover_every = recover_every
@@ -75,10 +84,10 @@ class AdaptiveK:
         # decayed counts of draft tokens tried / accepted at each position
         self._tried = [0.0] * k_max
         self._accepted = [0.0] * k_max
-        self.draft_cost = _Avg(0.0, 0.9)  # seconds per draft token
+        self.draft_cost = _Recent(15)  # seconds per draft token
         # verify cost per batch size n = 1..k_max+1; unmeasured sizes are interpolated
-        self.verify_cost = [_Avg(0.0, 0.8) for _ in range(k_max + 2)]
-        self.overhead = _Avg(0.0, 0.9)
+        self.verify_cost = [_Recent() for _ in range(k_max + 2)]
+        self.overhead = _Recent(15)
         self.steps = 0
         self.best = 0
         self.last_k = 0
@@ -135,11 +144,13 @@ class AdaptiveK:
     def next_k(self) -> int:
         self.steps += 1
         best = self.best_k()
-        if best < 0:
-            # warm-up: measure a plain step and a few draft sizes before trusting the model
-            k = [0, 4, 2, 6][min(self.steps - 1, 3)] if self.steps <= 4 else 4
-        elif best == 0:
-            k = (1 + (self.steps // self.recover_every) % 2) if self.steps % self.recover_every == 0 else 0
+        if self.steps <= len(WARMUP):
+            # measure plain steps and a few draft sizes (each twice: a new batch shape's first
+            # call is slow) before trusting the model
+            k = WARMUP[self.steps - 1]
+        elif best <= 0:
+            # speculation does not pay now: probe a small K now and then to see if it recovers
+            k = (2 + 2 * ((self.steps // self.recover_every) % 2)) if self.steps % self.recover_every == 0 else 0
         elif self.steps % self.probe_every == 0:
             k = min(self.k_max, best + 1) if self._probe_up else max(0, best - 1)
             self._probe_up = not self._probe_up
