@@ -1,9 +1,9 @@
 """edgespec: lossless speculative decoding for local GGUF models.
 
-    from edgespec import Engine
-    engine = Engine.from_pair("demo")            # or Engine.load(target_path, draft_path)
-    for event in engine.stream("Why is the sky blue?", temperature=0.8):
-        print(event.text, end="", flush=True)
+from edgespec import Engine
+engine = Engine.from_pair("demo")            # or Engine.load(target_path, draft_path)
+for event in engine.stream("Why is the sky blue?", temperature=0.8):
+    print(event.text, end="", flush=True)
 """
 
 from .engine import Engine

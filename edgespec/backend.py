@@ -122,7 +122,9 @@ class LlamaModel:
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
-            raise BackendError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}; try a smaller --n-ctx")
+            raise BackendError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}; try a smaller --n-ctx"
+            )
         self.threads = threads
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         # llama.cpp may round n_ctx up and clamp n_batch to it: use what it settled on
@@ -131,9 +133,7 @@ class LlamaModel:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-        self._eog = np.array(
-            [bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)]
-        )
+        self._eog = np.array([bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)])
         self.eog_ids = frozenset(int(t) for t in np.flatnonzero(self._eog))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
@@ -187,6 +187,7 @@ class LlamaModel:
 
     def _decode(self, tokens: Sequence[int], start: int, end: int, pos: int, logits_from: int | None) -> int:
         b = self._batch
+        assert b is not None, "model is closed"
         n_out = 0
         for j, i in enumerate(range(start, end)):
             b.token[j] = tokens[i]
@@ -247,10 +248,18 @@ class LlamaModel:
 
 
 _FTYPES = {
-    "F32": "LLAMA_FTYPE_ALL_F32", "F16": "LLAMA_FTYPE_MOSTLY_F16", "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
-    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K", "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
-    "Q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1", "Q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0", "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
-    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    "F32": "LLAMA_FTYPE_ALL_F32",
+    "F16": "LLAMA_FTYPE_MOSTLY_F16",
+    "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+    "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+    "Q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1",
+    "Q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0",
+    "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+    "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+    "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
     "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K",
 }
 

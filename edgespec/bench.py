@@ -64,12 +64,20 @@ def run_edgespec(engine: Any, prompt: str, temp: float, k: int | None, spec: boo
     return {"tokens_per_s": _median([x["tokens_per_s"] for x in runs]), "runs": runs}
 
 
-def run_native_spec(native: Any, paths: tuple[Path, Path], text: str, temp: float, n_max: int, n: int,
-                    repeats: int, threads: int | None) -> dict:
-    runs = [native.run_speculative_simple(paths[0], paths[1], text, n_predict=n, temperature=temp, n_max=n_max,
-                                          seed=1234 + r, threads=threads) for r in range(repeats)]
-    return {"tokens_per_s": _median([x["tokens_per_s"] for x in runs]),
-            "acceptance": _median([x.get("acceptance", 0.0) for x in runs]), "runs": runs}
+def run_native_spec(
+    native: Any, paths: tuple[Path, Path], text: str, temp: float, n_max: int, n: int, repeats: int, threads: int | None
+) -> dict:
+    runs = [
+        native.run_speculative_simple(
+            paths[0], paths[1], text, n_predict=n, temperature=temp, n_max=n_max, seed=1234 + r, threads=threads
+        )
+        for r in range(repeats)
+    ]
+    return {
+        "tokens_per_s": _median([x["tokens_per_s"] for x in runs]),
+        "acceptance": _median([x.get("acceptance", 0.0) for x in runs]),
+        "runs": runs,
+    }
 
 
 def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path], native: Any) -> list[dict]:
@@ -86,8 +94,11 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
             if native is not None:
                 for n_max in (int(x) for x in args.n_max.split(",")):
                     cell["native_spec"][str(n_max)] = run_native_spec(
-                        native, paths, text, temp, n_max, args.tokens, args.repeats, args.threads)
-            _log(f"  {name} T={temp}: " + ", ".join(f"{k}={v['tokens_per_s']:.1f}" for k, v in cell["edgespec"].items()))
+                        native, paths, text, temp, n_max, args.tokens, args.repeats, args.threads
+                    )
+            _log(
+                f"  {name} T={temp}: " + ", ".join(f"{k}={v['tokens_per_s']:.1f}" for k, v in cell["edgespec"].items())
+            )
             cells.append(cell)
     return cells
 
@@ -125,8 +136,10 @@ def bad_pair(args: argparse.Namespace) -> dict | None:
             adaptive = run_edgespec(eng, PROMPTS[name], 1.0, None, True, args.tokens, args.repeats)
             fixed = run_edgespec(eng, PROMPTS[name], 1.0, 4, True, args.tokens, args.repeats)
             out["prompts"][name] = {"plain": plain, "adaptive": adaptive, "k4": fixed}
-            _log(f"  bad pair {name}: plain {plain['tokens_per_s']:.1f}, adaptive {adaptive['tokens_per_s']:.1f}, "
-                 f"K=4 {fixed['tokens_per_s']:.1f}")
+            _log(
+                f"  bad pair {name}: plain {plain['tokens_per_s']:.1f}, adaptive {adaptive['tokens_per_s']:.1f}, "
+                f"K=4 {fixed['tokens_per_s']:.1f}"
+            )
         out["warnings"] = list(eng.warnings)
     return out
 
@@ -145,15 +158,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     assert draft is not None, "the bench needs a pair with a draft"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "pair": args.pair,
-                              "tokens": args.tokens, "repeats": args.repeats, "native_plain": None}
+    result: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "pair": args.pair,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "native_plain": None,
+    }
     native = None
     if not args.no_native:
         native_mod.build_native(progress=_log)
         native = native_mod
         _log("llama.cpp native plain decoding (llama-bench) ...")
-        result["native_plain"] = native.run_llama_bench(target, n_gen=args.tokens, threads=args.threads,
-                                                        repeats=args.repeats)
+        result["native_plain"] = native.run_llama_bench(
+            target, n_gen=args.tokens, threads=args.threads, repeats=args.repeats
+        )
     with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
         result["threads"] = engine.info().get("threads")
         result["cells"] = bench_cells(args, engine, (target, draft), native)

@@ -41,8 +41,15 @@ def ideal_speedup(cell: dict, k: int) -> dict[str, float]:
     e = sum(a**i for i in range(k + 1))
     ideal = e * v_1 / (k * c_d + v_k)
     achieved = cell["edgespec"][str(k)]["tokens_per_s"] / cell["edgespec"]["0"]["tokens_per_s"]
-    return {"a": a, "c_d_ms": 1e3 * c_d, "v1_ms": 1e3 * v_1, "vk_ms": 1e3 * v_k, "ideal": ideal,
-            "achieved": achieved, "achieved_over_ideal": achieved / ideal if ideal else 0.0}
+    return {
+        "a": a,
+        "c_d_ms": 1e3 * c_d,
+        "v1_ms": 1e3 * v_1,
+        "vk_ms": 1e3 * v_k,
+        "ideal": ideal,
+        "achieved": achieved,
+        "achieved_over_ideal": achieved / ideal if ideal else 0.0,
+    }
 
 
 def summarize(result: dict) -> list[dict[str, Any]]:
@@ -56,11 +63,18 @@ def summarize(result: dict) -> list[dict[str, Any]]:
         adaptive = cell["edgespec"]["adaptive"]
         arun = _median_run(adaptive)
         row = {
-            "prompt": cell["prompt"], "T": cell["temperature"], "native_plain": native_plain,
-            "native_spec_best": spec.get(best_n) if best_n else None, "native_spec_n_max": best_n,
-            "edgespec_k0": cell["edgespec"]["0"]["tokens_per_s"], "best_fixed": fixed[best_k], "best_k": best_k,
-            "median_fixed": statistics.median(fixed.values()), "adaptive": adaptive["tokens_per_s"],
-            "adaptive_accept": arun["acceptance_rate"], "python_share": arun["python_s"] / max(arun["decode_s"], 1e-9),
+            "prompt": cell["prompt"],
+            "T": cell["temperature"],
+            "native_plain": native_plain,
+            "native_spec_best": spec.get(best_n) if best_n else None,
+            "native_spec_n_max": best_n,
+            "edgespec_k0": cell["edgespec"]["0"]["tokens_per_s"],
+            "best_fixed": fixed[best_k],
+            "best_k": best_k,
+            "median_fixed": statistics.median(fixed.values()),
+            "adaptive": adaptive["tokens_per_s"],
+            "adaptive_accept": arun["acceptance_rate"],
+            "python_share": arun["python_s"] / max(arun["decode_s"], 1e-9),
             "ideal": ideal_speedup(cell, best_k),
         }
         rows.append(row)
@@ -73,43 +87,73 @@ def _r(a: float | None, b: float | None) -> str:
 
 def markdown(result: dict) -> str:
     rows = summarize(result)
-    out = [f"# edgespec bench: pair `{result['pair']}`, {result['tokens']} tokens, median of {result['repeats']}",
-           "", "Tokens/s (decode phase, after prefill). Native = llama.cpp binaries from the same source.", "",
-           "| prompt | T | native plain | native spec best (n_max) | edgespec K=0 | best fixed K | adaptive "
-           "| adaptive / native plain | adaptive / native spec | best fixed / native plain | best fixed / native spec "
-           "| adaptive / best fixed | adaptive / median fixed | Python share |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"# edgespec bench: pair `{result['pair']}`, {result['tokens']} tokens, median of {result['repeats']}",
+        "",
+        "Tokens/s (decode phase, after prefill). Native = llama.cpp binaries from the same source.",
+        "",
+        "| prompt | T | native plain | native spec best (n_max) | edgespec K=0 | best fixed K | adaptive "
+        "| adaptive / native plain | adaptive / native spec | best fixed / native plain | best fixed / native spec "
+        "| adaptive / best fixed | adaptive / median fixed | Python share |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         ns = f"{r['native_spec_best']:.1f} ({r['native_spec_n_max']})" if r["native_spec_best"] else "n/a"
         npl = f"{r['native_plain']:.1f}" if r["native_plain"] else "n/a"
         out.append(
-            f"| {r['prompt']} | {r['T']} | {npl} | {ns} | {r['edgespec_k0']:.1f} | {r['best_fixed']:.1f} (K={r['best_k']}) "
-            f"| {r['adaptive']:.1f} | {_r(r['adaptive'], r['native_plain'])} | {_r(r['adaptive'], r['native_spec_best'])} "
+            f"| {r['prompt']} | {r['T']} | {npl} | {ns} | {r['edgespec_k0']:.1f} "
+            f"| {r['best_fixed']:.1f} (K={r['best_k']}) | {r['adaptive']:.1f} "
+            f"| {_r(r['adaptive'], r['native_plain'])} | {_r(r['adaptive'], r['native_spec_best'])} "
             f"| {_r(r['best_fixed'], r['native_plain'])} | {_r(r['best_fixed'], r['native_spec_best'])} "
             f"| {_r(r['adaptive'], r['best_fixed'])} | {_r(r['adaptive'], r['median_fixed'])} "
-            f"| {100 * r['python_share']:.0f}% |")
-    out += ["", "## Formula vs achieved (best fixed K of each cell)", "",
-            "| prompt | T | K | a | c_d ms | v(1) ms | v(K+1) ms | ideal speedup | achieved | achieved / ideal |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            f"| {100 * r['python_share']:.0f}% |"
+        )
+    out += [
+        "",
+        "## Formula vs achieved (best fixed K of each cell)",
+        "",
+        "| prompt | T | K | a | c_d ms | v(1) ms | v(K+1) ms | ideal speedup | achieved | achieved / ideal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         i = r["ideal"]
-        out.append(f"| {r['prompt']} | {r['T']} | {r['best_k']} | {i['a']:.2f} | {i['c_d_ms']:.1f} | {i['v1_ms']:.1f} "
-                   f"| {i['vk_ms']:.1f} | {i['ideal']:.2f}x | {i['achieved']:.2f}x | {100 * i['achieved_over_ideal']:.0f}% |")
-    out += ["", "## Per K (tokens/s)", "", "| prompt | T | " + " | ".join(result["cells"][0]["edgespec"]) + " |",
-            "|---|---|" + "---|" * len(result["cells"][0]["edgespec"])]
+        out.append(
+            f"| {r['prompt']} | {r['T']} | {r['best_k']} | {i['a']:.2f} | {i['c_d_ms']:.1f} | {i['v1_ms']:.1f} "
+            f"| {i['vk_ms']:.1f} | {i['ideal']:.2f}x | {i['achieved']:.2f}x | {100 * i['achieved_over_ideal']:.0f}% |"
+        )
+    out += [
+        "",
+        "## Per K (tokens/s)",
+        "",
+        "| prompt | T | " + " | ".join(result["cells"][0]["edgespec"]) + " |",
+        "|---|---|" + "---|" * len(result["cells"][0]["edgespec"]),
+    ]
     for c in result["cells"]:
-        out.append(f"| {c['prompt']} | {c['temperature']} | "
-                   + " | ".join(f"{v['tokens_per_s']:.1f}" for v in c["edgespec"].values()) + " |")
+        out.append(
+            f"| {c['prompt']} | {c['temperature']} | "
+            + " | ".join(f"{v['tokens_per_s']:.1f}" for v in c["edgespec"].values())
+            + " |"
+        )
     if result.get("quantization"):
-        out += ["", "## Draft quantization under the same target (acceptance, K=4)", "",
-                "| draft | T=0 | T=0.8 | static warning |", "|---|---|---|---|"]
+        out += [
+            "",
+            "## Draft quantization under the same target (acceptance, K=4)",
+            "",
+            "| draft | T=0 | T=0.8 | static warning |",
+            "|---|---|---|---|",
+        ]
         for q in result["quantization"]:
             warn = "; ".join(w for w in q["warnings"] if "quantiz" in w.lower() or "bit" in w.lower()) or "none"
             out.append(f"| {q['draft']} | {q['acceptance_T0.0']:.2f} | {q['acceptance_T0.8']:.2f} | {warn} |")
     bp = result.get("bad_pair")
     if bp:
-        out += ["", f"## Bad pair `{bp['pair']}` at T=1.0", "",
-                "| prompt | plain | adaptive | K=4 | adaptive / plain |", "|---|---|---|---|---|"]
+        out += [
+            "",
+            f"## Bad pair `{bp['pair']}` at T=1.0",
+            "",
+            "| prompt | plain | adaptive | K=4 | adaptive / plain |",
+            "|---|---|---|---|---|",
+        ]
         for name, v in bp["prompts"].items():
             p, a, k4 = v["plain"]["tokens_per_s"], v["adaptive"]["tokens_per_s"], v["k4"]["tokens_per_s"]
             out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {_r(a, p)} |")

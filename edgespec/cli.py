@@ -45,8 +45,16 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, seed=args.seed, k=args.k, speculative=not args.no_spec)
+    return dict(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=args.seed,
+        k=args.k,
+        speculative=not args.no_spec,
+    )
 
 
 def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None):  # noqa: ANN201
@@ -62,19 +70,32 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
         if args.pair is not None:
             raise EdgespecError("give either --pair or --target/--draft, not both")
         draft = None if args.no_spec else args.draft
-        return Engine.load(args.target, draft, n_ctx=args.n_ctx or 4096, n_gpu_layers=args.n_gpu_layers or 0,
-                           draft_n_gpu_layers=args.draft_n_gpu_layers, threads=args.threads, k=args.k)
+        return Engine.load(
+            args.target,
+            draft,
+            n_ctx=args.n_ctx or 4096,
+            n_gpu_layers=args.n_gpu_layers or 0,
+            draft_n_gpu_layers=args.draft_n_gpu_layers,
+            threads=args.threads,
+            k=args.k,
+        )
     cfg = load_config(args.config)
     name = args.pair or "demo"
     pair = cfg.pair(name)
     target, draft = prepare_pair(cfg, name, **({"progress": progress} if progress else {}))
     t, d = cfg.model(pair.target), cfg.model(pair.draft) if pair.draft else None
     return Engine.load(
-        target, None if args.no_spec else draft, n_ctx=args.n_ctx or pair.n_ctx,
+        target,
+        None if args.no_spec else draft,
+        n_ctx=args.n_ctx or pair.n_ctx,
         n_gpu_layers=t.n_gpu_layers if args.n_gpu_layers is None else args.n_gpu_layers,
-        draft_n_gpu_layers=(d.n_gpu_layers if d else None) if args.draft_n_gpu_layers is None
+        draft_n_gpu_layers=(d.n_gpu_layers if d else None)
+        if args.draft_n_gpu_layers is None
         else args.draft_n_gpu_layers,
-        threads=args.threads or t.threads, k=args.k if args.k is not None else pair.k, p_min=pair.p_min, name=name,
+        threads=args.threads or t.threads,
+        k=args.k if args.k is not None else pair.k,
+        p_min=pair.p_min,
+        name=name,
     )
 
 
@@ -87,11 +108,15 @@ def _logging(verbose: bool) -> None:
 
 def format_stats(stats: Any) -> str:
     s = stats
-    line = (f"{s.n_generated} tokens in {s.decode_s:.2f}s = {s.tokens_per_s:.1f} tok/s (prefill {s.n_prefilled} "
-            f"tokens {s.prefill_s:.2f}s)")
+    line = (
+        f"{s.n_generated} tokens in {s.decode_s:.2f}s = {s.tokens_per_s:.1f} tok/s (prefill {s.n_prefilled} "
+        f"tokens {s.prefill_s:.2f}s)"
+    )
     if s.speculative:
-        line += (f" | drafted {s.n_drafted}, accepted {s.n_accepted} ({100 * s.acceptance_rate:.0f}%), "
-                 f"{s.tokens_per_step:.2f} tokens/step, K={s.k}")
+        line += (
+            f" | drafted {s.n_drafted}, accepted {s.n_accepted} ({100 * s.acceptance_rate:.0f}%), "
+            f"{s.tokens_per_step:.2f} tokens/step, K={s.k}"
+        )
     line += f" | time: draft {s.draft_s:.2f}s, verify {s.verify_s:.2f}s, python {s.python_s:.2f}s"
     return line
 
@@ -106,8 +131,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         opts["stop"] = args.stop
     if args.json:
         res = engine.generate(prompt, raw=args.raw, **opts)
-        print(json.dumps({"text": res.text, "tokens": res.tokens, "finish_reason": res.finish_reason,
-                          "stats": res.stats.as_dict(), "warnings": res.warnings}))
+        print(
+            json.dumps(
+                {
+                    "text": res.text,
+                    "tokens": res.tokens,
+                    "finish_reason": res.finish_reason,
+                    "stats": res.stats.as_dict(),
+                    "warnings": res.warnings,
+                }
+            )
+        )
         return 0
     event = None
     for event in engine.stream(prompt, raw=args.raw, **opts):
@@ -158,8 +192,10 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"model {m.name:22} {'ready' if is_ready(m) else 'not prepared':13} {src}")
     for p in cfg.pairs.values():
         ready = is_ready(cfg.model(p.target)) and (p.draft is None or is_ready(cfg.model(p.draft)))
-        print(f"pair  {p.name:22} {'ready' if ready else 'not prepared':13} {p.target} + {p.draft}"
-              f" (k={'auto' if p.k is None else p.k})")
+        print(
+            f"pair  {p.name:22} {'ready' if ready else 'not prepared':13} {p.target} + {p.draft}"
+            f" (k={'auto' if p.k is None else p.k})"
+        )
     return 0
 
 
@@ -186,10 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     mod.add_argument("--config")
     mod.set_defaults(func=cmd_models)
 
-    from . import bench, server
+    from .bench import add_parser as add_bench
+    from .server import add_parser as add_serve
 
-    bench.add_parser(sub)
-    server.add_parser(sub)
+    add_bench(sub)
+    add_serve(sub)
     # `edgespec chat` comes from the edgespec_tui package through an entry point, so that
     # this package never imports textual itself.
     for ep in entry_points(group="edgespec.commands"):

@@ -20,8 +20,21 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_1", "Q4_0",
-               "Q3_K_M", "Q2_K")
+QUANT_TYPES = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K_M",
+    "Q5_1",
+    "Q5_0",
+    "Q4_K_M",
+    "Q4_1",
+    "Q4_0",
+    "Q3_K_M",
+    "Q2_K",
+)
 
 BUILTIN: dict[str, Any] = {
     "models": {
@@ -89,8 +102,12 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist; check the path")
         return p
-    candidates = [os.environ.get("EDGESPEC_CONFIG"), "models.toml",
-                  Path(__file__).resolve().parent.parent / "models.toml", home() / "models.toml"]
+    candidates = [
+        os.environ.get("EDGESPEC_CONFIG"),
+        "models.toml",
+        Path(__file__).resolve().parent.parent / "models.toml",
+        home() / "models.toml",
+    ]
     for c in candidates:
         if c and Path(c).is_file():
             return Path(c)
@@ -106,8 +123,10 @@ def load_config(explicit: str | Path | None = None) -> Config:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{path}: cannot read it as TOML ({err}); fix the file") from err
     # the demo pair is always available unless the file redefines it
-    merged = {"models": {**BUILTIN["models"], **data.get("models", {})},
-              "pairs": {**BUILTIN["pairs"], **data.get("pairs", {})}}
+    merged = {
+        "models": {**BUILTIN["models"], **data.get("models", {})},
+        "pairs": {**BUILTIN["pairs"], **data.get("pairs", {})},
+    }
     return parse(merged, str(path))
 
 
@@ -149,8 +168,14 @@ def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
         raise ConfigError(f"{where}.quantize must be one of {', '.join(QUANT_TYPES)}")
     path = _get(t, "path", str, where)
     return ModelEntry(
-        name, Path(path).expanduser() if path else None, _get(t, "wheel", str, where), _get(t, "file", str, where),
-        _get(t, "derive", str, where), q, _get(t, "n_gpu_layers", int, where, 0), _get(t, "n_ctx", int, where),
+        name,
+        Path(path).expanduser() if path else None,
+        _get(t, "wheel", str, where),
+        _get(t, "file", str, where),
+        _get(t, "derive", str, where),
+        q,
+        _get(t, "n_gpu_layers", int, where, 0),
+        _get(t, "n_ctx", int, where),
         _get(t, "threads", int, where),
     )
 
@@ -163,7 +188,13 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
             raise ConfigError(f"{where}.{key} must name a model under [models]")
     k = t.get("k", "auto")
     if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 32):
-        raise ConfigError(f"{where}.k must be \"auto\" or an integer 0..32")
+        raise ConfigError(f'{where}.k must be "auto" or an integer 0..32')
     p_min = _get(t, "p_min", (int, float), where)
-    return PairEntry(name, t["target"], t.get("draft"), None if k == "auto" else k,
-                     None if p_min is None else float(p_min), _get(t, "n_ctx", int, where, 4096))
+    return PairEntry(
+        name,
+        t["target"],
+        t.get("draft"),
+        None if k == "auto" else k,
+        None if p_min is None else float(p_min),
+        _get(t, "n_ctx", int, where, 4096),
+    )

@@ -74,8 +74,15 @@ class _Recent:
 
 
 class AdaptiveK:
-    def __init__(self, k_max: int = 10, *, probe_every: int = 8, recover_every: int = 16,
-                 decay: float = 0.97, prior_alpha: float = 0.6) -> None:
+    def __init__(
+        self,
+        k_max: int = 10,
+        *,
+        probe_every: int = 8,
+        recover_every: int = 16,
+        decay: float = 0.97,
+        prior_alpha: float = 0.6,
+    ) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
         self.recover_every = recover_every

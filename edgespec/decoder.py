@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,7 +136,7 @@ class Decoder:
         rng: np.random.Generator,
         cancel: threading.Event | None = None,
         p_min: float = 0.0,
-    ) -> Iterator[Step]:
+    ) -> Generator[Step, None, None]:
         if not prompt:
             raise ContextFullError("the prompt is empty; give at least one token")
         if len(prompt) >= self.n_ctx:

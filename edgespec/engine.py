@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from .sampling import SamplingParams
 
 log = logging.getLogger("edgespec")
 
-Prompt = Union[str, Sequence[dict], Sequence[int]]
+Prompt = str | Sequence[dict] | Sequence[int]
 
 
 class TextModel(Model, Protocol):
@@ -103,8 +103,16 @@ class Engine:
         from .loading import load_pair
 
         return load_pair(
-            cls, target, draft, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-            draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, k=k, p_min=p_min, name=name,
+            cls,
+            target,
+            draft,
+            n_ctx=n_ctx,
+            n_gpu_layers=n_gpu_layers,
+            draft_n_gpu_layers=draft_n_gpu_layers,
+            threads=threads,
+            k=k,
+            p_min=p_min,
+            name=name,
         )
 
     @classmethod
@@ -144,12 +152,13 @@ class Engine:
             if raw:
                 return self.target.tokenize(prompt, add_special=True, parse_special=True)
             return self._chat_tokens([{"role": "user", "content": prompt}])
-        items = list(prompt)
+        items: list[Any] = list(prompt)
         if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
-            bad = [t for t in items if not 0 <= int(t) < self.target.n_vocab]
+            ids = [int(t) for t in items]
+            bad = [t for t in ids if not 0 <= t < self.target.n_vocab]
             if bad:
                 raise EdgespecError(f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})")
-            return [int(t) for t in items]
+            return ids
         return self._chat_tokens(chat.check_messages(items))
 
     def piece(self, token: int) -> bytes:
@@ -206,8 +215,14 @@ class Engine:
             text = TextAssembler(self.target.piece, stops)
             rng = np.random.default_rng(params.seed)
             steps = self._decoder.run(
-                tokens, params, controller, max_tokens=max_tokens, speculative=speculative,
-                rng=rng, cancel=self._cancel, p_min=self.p_min,
+                tokens,
+                params,
+                controller,
+                max_tokens=max_tokens,
+                speculative=speculative,
+                rng=rng,
+                cancel=self._cancel,
+                p_min=self.p_min,
             )
             stats = None
             try:

@@ -334,9 +334,7 @@ def read_gguf(path: str | Path) -> GGUFInfo:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 return _parse(_Cursor(buf, path), size)
     except OSError as err:
-        raise ModelFileError(
-            f"cannot read {_clean(path, 200)}: {err.strerror or err}; check its permissions"
-        ) from err
+        raise ModelFileError(f"cannot read {_clean(path, 200)}: {err.strerror or err}; check its permissions") from err
 
 
 def _parse(cur: _Cursor, size: int) -> GGUFInfo:

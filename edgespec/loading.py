@@ -74,8 +74,14 @@ def load_pair(
         "threads": t_model.threads,
     }
     return cls(
-        t_model, d_model, name=name or Path(target).name, warnings=warnings, info=info,
-        default_k=k, p_min=p_min if p_min is not None else 0.0, quant_report=quant,
+        t_model,
+        d_model,
+        name=name or Path(target).name,
+        warnings=warnings,
+        info=info,
+        default_k=k,
+        p_min=p_min if p_min is not None else 0.0,
+        quant_report=quant,
     )
 
 
@@ -88,7 +94,14 @@ def load_named_pair(cls: type[Engine], name: str, config: str | Path | None = No
     t_entry = cfg.model(pair.target)
     d_entry = cfg.model(pair.draft) if pair.draft else None
     return load_pair(
-        cls, target, draft, n_ctx=pair.n_ctx, n_gpu_layers=t_entry.n_gpu_layers,
-        draft_n_gpu_layers=d_entry.n_gpu_layers if d_entry else None, threads=t_entry.threads,
-        k=pair.k, p_min=pair.p_min, name=name,
+        cls,
+        target,
+        draft,
+        n_ctx=pair.n_ctx,
+        n_gpu_layers=t_entry.n_gpu_layers,
+        draft_n_gpu_layers=d_entry.n_gpu_layers if d_entry else None,
+        threads=t_entry.threads,
+        k=pair.k,
+        p_min=pair.p_min,
+        name=name,
     )

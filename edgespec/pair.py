@@ -56,9 +56,7 @@ def check_tokenizers(target: GGUFInfo, draft: GGUFInfo) -> None:
         )
     for i in range(VOCAB_CHECK_START_ID, min(len(t_tokens), len(d_tokens))):
         if t_tokens[i] != d_tokens[i]:
-            _mismatch(
-                f"token {i} differs (target {_show(t_tokens[i])}, draft {_show(d_tokens[i])})"
-            )
+            _mismatch(f"token {i} differs (target {_show(t_tokens[i])}, draft {_show(d_tokens[i])})")
 
 
 def _mismatch(what: str) -> None:
@@ -70,9 +68,7 @@ def _show(token: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_special(
-    what: str, t_add: bool | None, d_add: bool | None, t_id: int | None, d_id: int | None
-) -> None:
+def _check_special(what: str, t_add: bool | None, d_add: bool | None, t_id: int | None, d_id: int | None) -> None:
     # As llama.cpp: the add flags must agree, and the ids must agree when the token
     # is added. A flag absent from the header is left to the loader's defaults,
     # which depend on the (already equal) vocab type, so it is not compared.
@@ -92,15 +88,11 @@ class QuantReport:
     warnings: tuple[str, ...]
 
 
-def quantization_report(
-    target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16"
-) -> QuantReport:
+def quantization_report(target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16") -> QuantReport:
     """Bits per weight of both models and the static asymmetry warnings."""
     kv = draft_kv_type.lower()
     if kv.upper() not in GGML_TYPE_BY_NAME:
-        raise ConfigError(
-            f"unknown draft KV cache type {draft_kv_type!r}; use f16, bf16, f32, q8_0 or q4_0"
-        )
+        raise ConfigError(f"unknown draft KV cache type {draft_kv_type!r}; use f16, bf16, f32, q8_0 or q4_0")
     t_bpw, d_bpw = target.bits_per_weight, draft.bits_per_weight
     t_q, d_q = target.quantization, draft.quantization
     warnings: list[str] = []
@@ -112,15 +104,11 @@ def quantization_report(
             "use a Q8_0 or Q4_K_M draft"
         )
     if kv in LOW_BIT_KV_TYPES:
-        warnings.append(
-            f"a {kv} draft KV cache lowers acceptance; use an f16 or q8_0 draft KV cache"
-        )
+        warnings.append(f"a {kv} draft KV cache lowers acceptance; use an f16 or q8_0 draft KV cache")
     return QuantReport(t_q, d_q, t_bpw, d_bpw, kv, tuple(warnings))
 
 
-def quantization_warnings(
-    target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16"
-) -> list[str]:
+def quantization_warnings(target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16") -> list[str]:
     """Static warnings about quantization asymmetry (empty when the pair looks fine)."""
     return list(quantization_report(target, draft, draft_kv_type).warnings)
 
@@ -136,9 +124,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return (
-            self.target_weights + self.draft_weights + self.target_kv + self.draft_kv + self.compute
-        )
+        return self.target_weights + self.draft_weights + self.target_kv + self.draft_kv + self.compute
 
     @property
     def fits(self) -> bool:
@@ -160,9 +146,7 @@ def kv_cache_bytes(info: GGUFInfo, n_ctx: int, kv_type: str = "f16") -> int:
 
 
 def _int_or(value: Any, default: int) -> int:
-    return (
-        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-    )
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def compute_bytes(info: GGUFInfo) -> int:
@@ -198,9 +182,7 @@ def memory_preflight(
         target_weights=int(target.file_size * t_host),
         draft_weights=int(draft.file_size * d_host) if draft is not None else 0,
         target_kv=int(kv_cache_bytes(target, n_ctx, target_kv_type) * t_host),
-        draft_kv=int(kv_cache_bytes(draft, n_ctx, draft_kv_type) * d_host)
-        if draft is not None
-        else 0,
+        draft_kv=int(kv_cache_bytes(draft, n_ctx, draft_kv_type) * d_host) if draft is not None else 0,
         compute=compute_bytes(target) + (compute_bytes(draft) if draft is not None else 0),
         available=available_bytes,
     )

@@ -35,9 +35,7 @@ def residual(p: Dist, q: Dist) -> Dist:
     return Dist(ids[keep], diff[keep] / total)
 
 
-def verify(
-    draft: Sequence[int], q: Sequence[Dist], p: Sequence[Dist], rng: np.random.Generator
-) -> tuple[int, int]:
+def verify(draft: Sequence[int], q: Sequence[Dist], p: Sequence[Dist], rng: np.random.Generator) -> tuple[int, int]:
     """Check K draft tokens against the target.
 
     `q[i]` is the draft distribution draft[i] was sampled from, `p[i]` the

@@ -18,8 +18,16 @@ from edgespec.engine import Engine
 
 
 class FakeModel:
-    def __init__(self, n_vocab: int = 64, *, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
-                 eos_bias: float = -10.0, sharp: float = 3.0) -> None:
+    def __init__(
+        self,
+        n_vocab: int = 64,
+        *,
+        seed: int = 0,
+        noise: float = 0.0,
+        n_ctx: int = 512,
+        eos_bias: float = -10.0,
+        sharp: float = 3.0,
+    ) -> None:
         rng = np.random.default_rng(seed)
         table = rng.normal(size=(n_vocab * n_vocab, n_vocab)) * sharp
         if noise:
@@ -29,7 +37,7 @@ class FakeModel:
         self._table = table.astype(np.float32)
         self.n_vocab, self.n_ctx, self.n_batch = n_vocab, n_ctx, 64
         self.kv: list[int] = []
-        self._out = np.zeros((16, n_vocab), dtype=np.float32)
+        self._out = np.zeros((40, n_vocab), dtype=np.float32)
         self.evals: list[tuple[int, int]] = []  # (pos, n_tokens) per eval
         self.add_bos, self.bos_id, self.eos_id = True, 1, 2
         self.fail_at_eval: int | None = None
@@ -76,8 +84,15 @@ class FakeModel:
         return "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
 
-def make_engine(noise: float = 0.5, *, n_vocab: int = 64, n_ctx: int = 512, eos_bias: float = -10.0,
-                draft: bool = True, **kw: object) -> Engine:
+def make_engine(
+    noise: float = 0.5,
+    *,
+    n_vocab: int = 64,
+    n_ctx: int = 512,
+    eos_bias: float = -10.0,
+    draft: bool = True,
+    **kw: object,
+) -> Engine:
     target = FakeModel(n_vocab, n_ctx=n_ctx, eos_bias=eos_bias)
     d = FakeModel(n_vocab, noise=noise, n_ctx=n_ctx, eos_bias=eos_bias) if draft else None
     return Engine(target, d, name="fake", **kw)  # type: ignore[arg-type]

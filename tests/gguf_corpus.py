@@ -68,9 +68,7 @@ def tensor_nbytes(ttype: int, shape: tuple[int, ...]) -> int:
     return n // block * size
 
 
-def gguf_bytes(
-    kvs: Sequence[KV], tensors: Sequence[Tensor] = (), *, version: int = 3, alignment: int = 32
-) -> bytes:
+def gguf_bytes(kvs: Sequence[KV], tensors: Sequence[Tensor] = (), *, version: int = 3, alignment: int = 32) -> bytes:
     """A valid GGUF file: header, KVs, tensor infos, padding, zeroed tensor data."""
     out = bytearray(b"GGUF" + u32(version) + u64(len(tensors)) + u64(len(kvs)))
     for key, vtype, value in kvs:
@@ -176,11 +174,7 @@ def _malformed() -> dict[str, bytes]:
         "key_length_2_63": header(0, 1) + u64(BIG) + pad,
         "string_value_2_63": header(0, 1) + _kv_head("general.name", STRING) + u64(BIG) + pad,
         "array_uint8_2_63": header(0, 1) + _kv_head("a", ARRAY) + u32(UINT8) + u64(BIG) + pad,
-        "array_string_2_63": header(0, 1)
-        + _kv_head("tokenizer.ggml.tokens", ARRAY)
-        + u32(STRING)
-        + u64(BIG)
-        + pad,
+        "array_string_2_63": header(0, 1) + _kv_head("tokenizer.ggml.tokens", ARRAY) + u32(STRING) + u64(BIG) + pad,
         "array_string_item_2_63": header(0, 1)
         + _kv_head("tokenizer.ggml.tokens", ARRAY)
         + u32(STRING)
@@ -194,35 +188,10 @@ def _malformed() -> dict[str, bytes]:
         "bad_alignment": gguf_bytes([("general.alignment", UINT32, 24)], [("t", F32, (8,))]),
         "tensor_past_end": _tensor_past_end(),
         "tensor_5_dims": header(1, 0) + gstr("t") + u32(5) + u64(1) * 5 + u32(F32) + u64(0) + pad,
-        "tensor_dims_overflow": header(1, 0)
-        + gstr("t")
-        + u32(4)
-        + u64(2**40) * 4
-        + u32(F32)
-        + u64(0)
-        + pad,
-        "tensor_unknown_type": header(1, 0)
-        + gstr("t")
-        + u32(1)
-        + u64(32)
-        + u32(200)
-        + u64(0)
-        + pad,
-        "tensor_bad_offset": header(1, 0)
-        + gstr("t")
-        + u32(1)
-        + u64(8)
-        + u32(F32)
-        + u64(BIG)
-        + pad
-        + b"\0" * 64,
-        "tensor_name_too_long": header(1, 0)
-        + gstr("x" * 100)
-        + u32(1)
-        + u64(8)
-        + u32(F32)
-        + u64(0)
-        + pad,
+        "tensor_dims_overflow": header(1, 0) + gstr("t") + u32(4) + u64(2**40) * 4 + u32(F32) + u64(0) + pad,
+        "tensor_unknown_type": header(1, 0) + gstr("t") + u32(1) + u64(32) + u32(200) + u64(0) + pad,
+        "tensor_bad_offset": header(1, 0) + gstr("t") + u32(1) + u64(8) + u32(F32) + u64(BIG) + pad + b"\0" * 64,
+        "tensor_name_too_long": header(1, 0) + gstr("x" * 100) + u32(1) + u64(8) + u32(F32) + u64(0) + pad,
     }
 
 

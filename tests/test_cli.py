@@ -65,8 +65,9 @@ def test_incompatible_vocabularies_name_the_differing_token(tmp_path: Path) -> N
     assert "7" in err
 
 
-def test_not_enough_memory_is_refused_with_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_enough_memory_is_refused_with_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import psutil
 
     model = tmp_path / "m.gguf"
@@ -91,8 +92,9 @@ def test_prompt_longer_than_context_is_refused() -> None:
     paths = demo_paths()
     if paths is None:
         pytest.skip("demo pair not prepared")
-    rc, _, err, _ = run_cli("run", "--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "64",
-                            "--prompt", "word " * 600)
+    rc, _, err, _ = run_cli(
+        "run", "--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "64", "--prompt", "word " * 600
+    )
     assert_one_line_error(rc, err, 0.0, limit=1e9)
     assert "context" in err
 
@@ -102,8 +104,13 @@ def test_run_json_prints_one_object_with_stats() -> None:
     if demo_paths() is None:
         pytest.skip("demo pair not prepared")
     env = dict(os.environ)
-    p = subprocess.run([*EDGESPEC, "run", "--pair", "demo", "--json", "--max-tokens", "16", "--temperature", "0"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [*EDGESPEC, "run", "--pair", "demo", "--json", "--max-tokens", "16", "--temperature", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert set(out) == {"text", "tokens", "finish_reason", "stats", "warnings"}

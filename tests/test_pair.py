@@ -75,9 +75,7 @@ def test_add_bos_and_bos_id_must_match(make: MakeInfo) -> None:
     with pytest.raises(PairError, match="BOS"):
         check_tokenizers(make(tokenizer={"add_bos": True}), make(tokenizer={"add_bos": False}))
     with pytest.raises(PairError, match="BOS token ids differ"):
-        check_tokenizers(
-            make(tokenizer={"add_bos": True, "bos": 1}), make(tokenizer={"add_bos": True, "bos": 0})
-        )
+        check_tokenizers(make(tokenizer={"add_bos": True, "bos": 1}), make(tokenizer={"add_bos": True, "bos": 0}))
     # as llama.cpp: a BOS that is never added may differ
     check_tokenizers(make(tokenizer={"bos": 1}), make(tokenizer={"bos": 0}))
 
@@ -87,9 +85,7 @@ def test_eos_id_differs_only_warns_when_eos_is_not_added(make: MakeInfo) -> None
     assert verdict["compatible"] is True
     assert any("EOS ids differ" in w for w in verdict["warnings"])
     with pytest.raises(PairError, match="EOS token ids differ"):
-        check_tokenizers(
-            make(tokenizer={"add_eos": True}), make(tokenizer={"add_eos": True, "eos": 0})
-        )
+        check_tokenizers(make(tokenizer={"add_eos": True}), make(tokenizer={"add_eos": True, "eos": 0}))
 
 
 def test_q2k_draft_under_f32_target_warns(make: MakeInfo) -> None:
@@ -105,9 +101,7 @@ def test_q4_1_and_q8_0_drafts_under_f32_target_do_not_warn(make: MakeInfo) -> No
 
 
 def test_low_bit_draft_under_equally_low_target_does_not_warn(make: MakeInfo) -> None:
-    assert (
-        quantization_warnings(make(ttype=Q2_K, file_type=10), make(ttype=Q2_K, file_type=10)) == []
-    )
+    assert quantization_warnings(make(ttype=Q2_K, file_type=10), make(ttype=Q2_K, file_type=10)) == []
 
 
 def test_q4_draft_kv_cache_warns_and_unknown_kv_type_is_refused(make: MakeInfo) -> None:
@@ -146,9 +140,7 @@ def test_memory_preflight_returns_the_estimate_when_it_fits(make: MakeInfo) -> N
     target, draft = make(), make(ttype=Q4_1, file_type=3)
     est = memory_preflight(target, draft, n_ctx=2048, available_bytes=64 * GIB)
     assert est.fits and est.available == 64 * GIB
-    assert est.total == (
-        target.file_size + draft.file_size + est.target_kv + est.draft_kv + est.compute
-    )
+    assert est.total == (target.file_size + draft.file_size + est.target_kv + est.draft_kv + est.compute)
     assert est.target_kv == kv_cache_bytes(target, 2048)
 
 

@@ -59,15 +59,20 @@ def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine) 
     counts: dict[str, dict[int, int]] = {"plain": {}, "spec": {}}
     for seed in range(n):
         for name, spec in (("plain", False), ("spec", True)):
-            r = demo_engine.generate(prompt, temperature=0.8, max_tokens=2, seed=seed + 1000 * spec,
-                                     speculative=spec, k=3)
+            r = demo_engine.generate(
+                prompt, temperature=0.8, max_tokens=2, seed=seed + 1000 * spec, speculative=spec, k=3
+            )
             if len(r.tokens) == 2:
                 counts[name][r.tokens[1]] = counts[name].get(r.tokens[1], 0) + 1
     # pool rare tokens so every expected cell is large enough
-    total = {t: counts["plain"].get(t, 0) + counts["spec"].get(t, 0) for t in set(counts["plain"]) | set(counts["spec"])}
+    total = {
+        t: counts["plain"].get(t, 0) + counts["spec"].get(t, 0) for t in set(counts["plain"]) | set(counts["spec"])
+    }
     common = [t for t, c in total.items() if c >= 10]
-    table = [[counts[s].get(t, 0) for t in common] + [sum(c for t, c in counts[s].items() if t not in common)]
-             for s in ("plain", "spec")]
+    table = [
+        [counts[s].get(t, 0) for t in common] + [sum(c for t, c in counts[s].items() if t not in common)]
+        for s in ("plain", "spec")
+    ]
     assert len(common) >= 2, "the prompt gives too little spread to test anything"
     p = chi2_contingency(np.array(table)).pvalue
     assert p > 1e-3, f"speculative sampling changed the distribution (p={p:.2e}, table={table})"

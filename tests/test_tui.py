@@ -28,9 +28,7 @@ def anyio_backend() -> str:
 
 
 def options(**kw: object) -> ChatOptions:
-    base: dict[str, object] = dict(
-        seed=0, k=4, max_tokens=24, timings=False, sys_reader=lambda: (123e6, 42.0)
-    )
+    base: dict[str, object] = dict(seed=0, k=4, max_tokens=24, timings=False, sys_reader=lambda: (123e6, 42.0))
     base.update(kw)
     return ChatOptions(**base)  # type: ignore[arg-type]
 
@@ -305,9 +303,7 @@ async def test_an_unexpected_failure_is_a_chat_message_too() -> None:
 
 
 async def test_warnings_appear_in_the_ui() -> None:
-    app = create_app(
-        make_engine(warnings=["the draft is Q2_K under an F16 target"]), options=options()
-    )
+    app = create_app(make_engine(warnings=["the draft is Q2_K under an F16 target"]), options=options())
     async with app.run_test(size=SIZE):
         box = app.query_one("#warnings")
         assert box.display and "Q2_K" in str(box.content)
@@ -442,7 +438,5 @@ def test_splitter_attributes_a_character_to_the_token_that_completes_it() -> Non
 
 def test_stats_line_without_timings_and_markdown() -> None:
     assert stats_line(None) == "no generation yet"
-    md = to_markdown(
-        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo\n"}], name="demo"
-    )
+    md = to_markdown([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo\n"}], name="demo")
     assert md.startswith("# edgespec chat — demo") and "## You\n\nhi\n\n## Assistant\n\nyo\n" in md

@@ -38,9 +38,7 @@ INFO = {
 
 
 def app(**engine_kw: object):  # noqa: ANN201
-    options = ChatOptions(
-        seed=0, k=4, max_tokens=40, timings=False, sys_reader=lambda: (187e6, 42.0)
-    )
+    options = ChatOptions(seed=0, k=4, max_tokens=40, timings=False, sys_reader=lambda: (187e6, 42.0))
     return create_app(make_engine(info=INFO, **engine_kw), options=options)  # type: ignore[arg-type]
 
 

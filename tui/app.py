@@ -231,9 +231,7 @@ class ChatApp(App[None]):
         )
 
     @work(thread=True, group="generate")
-    def generate(
-        self, gen: int, messages: list[dict[str, str]], speculative: bool, sampling: dict[str, Any]
-    ) -> None:
+    def generate(self, gen: int, messages: list[dict[str, str]], speculative: bool, sampling: dict[str, Any]) -> None:
         splitter = StepSplitter(getattr(self.engine, "piece", None))
         try:
             stream = self.engine.stream(messages, speculative=speculative, **sampling)
@@ -315,9 +313,7 @@ class ChatApp(App[None]):
             reply.remove()
             prompt = self.query_one("#prompt", Input)
             if not prompt.value and self._pending_user is not None:
-                prompt.value = self._pending_user[
-                    "content"
-                ]  # the turn was not taken: edit and retry
+                prompt.value = self._pending_user["content"]  # the turn was not taken: edit and retry
         self.add_message("error", message.error)
         self._done(None)
 

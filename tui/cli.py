@@ -24,9 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
     )
     add_model_args(p)
     add_sampling_args(p)
-    p.add_argument(
-        "--no-highlight", action="store_true", help="start with draft/target colouring off"
-    )
+    p.add_argument("--no-highlight", action="store_true", help="start with draft/target colouring off")
     p.set_defaults(func=cmd_chat)
     return p
 

@@ -41,9 +41,7 @@ class StepSplitter:
         self._piece = piece
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
-    def split(
-        self, text: str, tokens: Sequence[int], from_draft: Sequence[bool], final: bool = False
-    ) -> list[Segment]:
+    def split(self, text: str, tokens: Sequence[int], from_draft: Sequence[bool], final: bool = False) -> list[Segment]:
         n_draft = sum(1 for f in from_draft if f)
         if self._piece is not None:
             try:
@@ -125,11 +123,7 @@ def info_text(engine: Any) -> str:
             continue
         lines.append(f"{role}:")
         for key, value in facts.items():
-            shown = (
-                fmt_bytes(value)
-                if key == "file_size" and isinstance(value, (int, float))
-                else value
-            )
+            shown = fmt_bytes(value) if key == "file_size" and isinstance(value, (int, float)) else value
             lines.append(f"  {key:16} {shown}")
     pair = info.get("pair")
     lines.append("")

@@ -121,9 +121,7 @@ class StatusBar(Static):
             out.append("target", self.get_component_rich_style("status--target"))
         else:
             out.append("highlight off")
-        out.append(
-            f" · mem {fmt_bytes(self.rss)} · CPU {fmt_num(self.cpu, '.0f', '%')} · {self.gpu}"
-        )
+        out.append(f" · mem {fmt_bytes(self.rss)} · CPU {fmt_num(self.cpu, '.0f', '%')} · {self.gpu}")
         self.update(out)
 
 

@@ -1,0 +1,367 @@
+"""`edgespec serve`: a local OpenAI-compatible endpoint over one Engine.
+
+Routes: POST /v1/chat/completions and /v1/completions (streamed as server-sent
+events in OpenAI's chunk format, ending with `data: [DONE]`, or not), GET
+/v1/models, /health and /metrics (Prometheus text). Every response carries
+`usage` (with `prompt_tokens_details.cached_tokens`: the prefix the engine
+reused) and `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...);
+a stream carries them in its last chunk.
+
+This module is the thin adapter: request fields -> `Engine.stream` options,
+events -> OpenAI JSON. Turn-taking and disconnects live in server_queue.py;
+Host/key/body checks and the error shape in server_http.py. Requests carry
+data only: no file paths, no templates, no model switching (`model` is
+accepted and ignored; responses name the loaded pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from . import cli
+from .engine import Engine
+from .errors import ContextFullError, EdgespecError
+from .events import StreamEvent
+from .server_http import Guard, allowed_host_names, check_bind, error_body
+from .server_openai import (
+    COMPLETION_RESPONSES,
+    ERRORS,
+    ChatFormat,
+    ChatRequest,
+    CompletionRequest,
+    Format,
+    Sampling,
+    TextFormat,
+    message_text,
+    sse_data,
+)
+from .server_queue import ClientGone, Generation, GenerationQueue, Metrics, QueueFull
+
+log = logging.getLogger("edgespec.server")
+
+DEFAULTS: dict[str, Any] = dict(
+    max_tokens=256,
+    temperature=0.8,
+    top_k=40,
+    top_p=0.95,
+    min_p=0.05,
+    seed=None,
+    k=None,
+    speculative=True,
+)
+
+
+# -- the app -----------------------------------------------------------------------
+def create_app(
+    engine: Engine,
+    *,
+    api_key: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    cors_origin: str | None = None,
+    max_queue: int = 8,
+    defaults: dict[str, Any] | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> FastAPI:
+    """The ASGI app. `defaults`: sampling options for fields a request leaves out
+    (as `cli.sampling_options` returns them). `port` is informational."""
+    check_bind(host, api_key)
+    if max_queue < 0:
+        raise EdgespecError(f"the queue bound must be >= 0 (got {max_queue})")
+    options = {**DEFAULTS, **(defaults or {})}
+    metrics = Metrics()
+    queue = GenerationQueue(engine, max_queue, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        queue.shutdown()
+
+    app = FastAPI(
+        title="edgespec",
+        version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        description=f"OpenAI-compatible endpoint over {engine.name} (port {port})",
+    )
+    app.state.queue = queue
+    app.add_middleware(Guard, hosts=allowed_host_names(host, allowed_hosts), api_key=api_key, metrics=metrics)
+    if cors_origin:  # outermost, so that preflights and error replies carry the CORS headers
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=[cors_origin],
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    _add_error_handlers(app)
+
+    @app.get("/health", responses=ERRORS)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models", responses=ERRORS)
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}],
+        }
+
+    @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
+    async def prometheus() -> str:
+        return metrics.render(queue.waiting, queue.running)
+
+    @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
+        messages = [{"role": m.role, "content": message_text(m.content)} for m in body.messages]
+        limit = body.max_completion_tokens or body.max_tokens
+        return await _complete(queue, request, body, ChatFormat(engine.name), messages, limit, options)
+
+    @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]  # a batch of one
+        return await _complete(queue, request, body, TextFormat(engine.name), prompt, body.max_tokens, options)
+
+    return app
+
+
+def _engine_options(body: Sampling, max_tokens: int | None, defaults: dict[str, Any], n_ctx: int) -> dict:
+    opts = dict(defaults)
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop"):
+        value = getattr(body, name)
+        if value is not None:
+            opts[name] = value
+    # past what the context holds, the engine stops at its end with finish_reason "length"
+    opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
+    if opts["seed"] is not None:
+        opts["seed"] %= 2**64  # any JSON integer is a valid seed
+    return opts
+
+
+async def _complete(
+    queue: GenerationQueue,
+    request: Request,
+    body: Sampling,
+    fmt: Format,
+    prompt: Any,
+    max_tokens: int | None,
+    defaults: dict[str, Any],
+) -> Response:
+    engine = queue.engine
+    opts = _engine_options(body, max_tokens, defaults, engine.n_ctx)
+    raw = isinstance(fmt, TextFormat)
+    job = await queue.start(request.receive, lambda: engine.stream(prompt, raw=raw, **opts))
+    try:  # errors that only the first step finds (a full context) are still a 400
+        first = await job.next()
+    except BaseException:
+        job.close()
+        raise
+    if body.stream:
+        return _EventStream(job, _sse(job, first, fmt))
+    try:
+        parts, event = [first.text], first
+        while event.finish_reason is None and not job.gone:
+            event = await job.next()
+            parts.append(event.text)
+    finally:
+        job.close()
+    return JSONResponse(fmt.whole("".join(parts), event))
+
+
+class _EventStream(StreamingResponse):
+    """An SSE response that ends its generation however the response ends."""
+
+    def __init__(self, job: Generation, chunks: AsyncIterator[str]) -> None:
+        super().__init__(
+            chunks,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self.job = job
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.close()
+
+
+async def _sse(job: Generation, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
+    yield sse_data(fmt.chunk(None, None, first=True))
+    while True:
+        if event.text:
+            yield sse_data(fmt.chunk(event.text, None))
+        if event.finish_reason is not None:
+            yield sse_data(fmt.chunk(None, event))
+            break
+        if job.gone:
+            return
+        try:
+            event = await job.next()
+        except EdgespecError as err:  # headers are out: report in-band, as OpenAI does
+            yield sse_data(error_body(400, str(err)))
+            break
+        except Exception:
+            log.exception("generation failed")
+            yield sse_data(error_body(500, "internal error while generating; see the server log"))
+            break
+    yield "data: [DONE]\n\n"
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    def error(status: int, message: str, **kw: Any) -> JSONResponse:
+        headers = kw.pop("headers", None)
+        return JSONResponse(error_body(status, message, **kw), status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        where = f" (at {'.'.join(loc)})" if loc else ""
+        return error(400, f"{first.get('msg', 'invalid request')}{where}", param=loc[0] if loc else None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(EdgespecError)
+    async def user_error(_: Request, exc: EdgespecError) -> JSONResponse:
+        code = "context_length_exceeded" if isinstance(exc, ContextFullError) else None
+        return error(400, str(exc), code=code)
+
+    @app.exception_handler(QueueFull)
+    async def busy(_: Request, exc: QueueFull) -> JSONResponse:
+        return error(503, str(exc), code="queue_full", headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(ClientGone)
+    async def gone(_: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nobody reads it; the nginx convention for the log
+
+    @app.exception_handler(Exception)
+    async def crash(_: Request, exc: Exception) -> JSONResponse:
+        log.error("request failed", exc_info=exc)
+        return error(500, "internal server error; see the server log")
+
+
+# -- running it ----------------------------------------------------------------------
+@contextlib.contextmanager
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL."""
+    import uvicorn
+
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets; without it every
+    # response waits ~40 ms for a delayed ACK
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        bound = f"[{host}]" if ":" in host else host
+        yield f"http://{bound}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="a local OpenAI-compatible endpoint (chat and completions, streamed)",
+        description="Serve the pair at http://HOST:PORT/v1 (OpenAI-compatible). The sampling "
+        "options are defaults for fields a request leaves out.",
+    )
+    cli.add_model_args(p)
+    cli.add_sampling_args(p)
+    g = p.add_argument_group("server")
+    g.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; anything else needs an API key)",
+    )
+    g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    g.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' (default: $EDGESPEC_API_KEY; the variable keeps the key out of `ps`)",
+    )
+    g.add_argument(
+        "--cors-origin",
+        default=None,
+        help="let browser pages from this one origin call the server (default: no CORS)",
+    )
+    g.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also accept this Host header (the name remote clients use; repeatable)",
+    )
+    g.add_argument(
+        "--queue",
+        type=int,
+        default=8,
+        help="requests that may wait for the engine; more get 503 (default 8)",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
+    check_bind(args.host, api_key)  # before minutes of model loading
+    if not 0 < args.port < 65536:
+        raise EdgespecError(f"--port must be between 1 and 65535 (got {args.port})")
+    engine = cli.engine_from_args(args)
+    for w in engine.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    app = create_app(
+        engine,
+        api_key=api_key,
+        host=args.host,
+        port=args.port,
+        cors_origin=args.cors_origin,
+        max_queue=args.queue,
+        defaults=cli.sampling_options(args),
+        allowed_hosts=tuple(args.allow_host),
+    )
+    bound = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"edgespec: serving {engine.name} at http://{bound}:{args.port}/v1"
+        f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info" if args.verbose else "warning",
+        server_header=False,
+        timeout_graceful_shutdown=3,
+    )
+    return 0

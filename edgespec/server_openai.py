@@ -1,0 +1,183 @@
+"""OpenAI's wire format for edgespec's server: request models and response JSON.
+
+Request models accept what OpenAI's clients send and ignore unknown fields;
+wrong types fail validation (the app answers 400 in OpenAI's error shape).
+Responses and stream chunks follow OpenAI's chat.completion / text_completion
+objects, plus `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...)
+next to `usage`; a stream carries both in its last chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import StreamEvent
+
+Stop = Annotated[str, Field(max_length=256)]
+
+
+# -- requests -----------------------------------------------------------------------
+class Sampling(BaseModel):
+    """Fields both endpoints share. Unknown fields are ignored, as OpenAI's clients expect."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1, description="clamped to the context size")
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, description="extension; <= 0 disables it")
+    min_p: float | None = Field(None, ge=0, le=1, description="extension")
+    seed: int | None = None
+    stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None
+    stream: bool | None = False
+    n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
+    speculative: bool | None = Field(None, description="extension; false: plain decoding")
+    k: int | None = Field(None, ge=0, le=32, description="extension; fixed draft length")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str = ""
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: str
+    content: str | list[TextPart] | None = None
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class CompletionRequest(Sampling):
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | list[int]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "a bad request, key, Host header or body size"},
+    503: {"model": ErrorBody, "description": "too many requests waiting; see Retry-After"},
+}
+COMPLETION_RESPONSES = {
+    **ERRORS,
+    200: {
+        "description": "a completion; an event stream when `stream` is true",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+}
+
+
+def message_text(content: str | list[TextPart] | None) -> str:
+    if isinstance(content, list):
+        return "".join(p.text for p in content)
+    return content or ""
+
+
+def sse_data(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+# -- OpenAI JSON -------------------------------------------------------------------
+def usage(event: StreamEvent) -> dict[str, Any]:
+    s = event.stats
+    return {
+        "prompt_tokens": s.n_prompt,
+        "completion_tokens": s.n_generated,
+        "total_tokens": s.n_prompt + s.n_generated,
+        "prompt_tokens_details": {"cached_tokens": max(0, s.n_prompt - s.n_prefilled)},
+    }
+
+
+def speculation(event: StreamEvent) -> dict[str, Any]:
+    s = event.stats
+    return {
+        "draft_n": s.n_drafted,
+        "draft_n_accepted": s.n_accepted,
+        "steps": s.steps,
+        "acceptance": round(s.acceptance_rate, 4),
+        "k": s.k,
+        "speculative": s.speculative,
+        "tokens_per_step": round(s.tokens_per_step, 3),
+        "tokens_per_s": round(s.tokens_per_s, 2),
+    }
+
+
+class Format:
+    prefix = ""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.id = f"{self.prefix}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def _tail(self, event: StreamEvent) -> dict[str, Any]:
+        return {"usage": usage(event), "speculation": speculation(event)}
+
+    def whole(self, text: str, event: StreamEvent) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def chunk(self, text: str | None, final: StreamEvent | None, first: bool = False) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ChatFormat(Format):
+    prefix = "chatcmpl"
+
+    def whole(self, text: str, event: StreamEvent) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": event.finish_reason,
+        }
+        return {**self._head("chat.completion"), "choices": [choice], **self._tail(event)}
+
+    def chunk(self, text: str | None, final: StreamEvent | None, first: bool = False) -> dict[str, Any]:
+        delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": final.finish_reason if final else None,
+        }
+        out = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        return {**out, **self._tail(final)} if final else out
+
+
+class TextFormat(Format):
+    prefix = "cmpl"
+
+    def whole(self, text: str, event: StreamEvent) -> dict[str, Any]:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": event.finish_reason}
+        return {**self._head("text_completion"), "choices": [choice], **self._tail(event)}
+
+    def chunk(self, text: str | None, final: StreamEvent | None, first: bool = False) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "text": text or "",
+            "logprobs": None,
+            "finish_reason": final.finish_reason if final else None,
+        }
+        out = {**self._head("text_completion"), "choices": [choice]}
+        return {**out, **self._tail(final)} if final else out

@@ -1,0 +1,249 @@
+"""The server's one-generation-at-a-time queue, and its metrics.
+
+Concurrency lives here. Requests take turns through an asyncio lock, which
+wakes waiters in arrival order; past `max_waiting` waiting requests, `start`
+raises `QueueFull` (the app answers 503). Every call into the engine runs on
+one worker thread, in submission order, so a finished or abandoned
+generation's cleanup (closing its stream, which rewinds the caches and
+releases the engine's lock) always runs before the next request's first step,
+without the event loop ever waiting for it.
+
+A client that goes away is noticed by a task that waits for the ASGI
+`http.disconnect` message: it sets `engine.cancel()`, which ends the
+generation at the end of the step in flight, and the request's loop stops
+asking for more steps. A request whose client left while it waited is
+dropped when its turn comes, without generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .engine import Engine
+from .events import Stats, StreamEvent
+
+log = logging.getLogger("edgespec.server")
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("the server is busy: too many requests are waiting; retry later")
+        self.retry_after = retry_after
+
+
+class ClientGone(Exception):
+    """The client disconnected before its turn came."""
+
+
+class Metrics:
+    """Counters for /metrics (Prometheus text format), updated on the event loop thread."""
+
+    def __init__(self) -> None:
+        self.responses: dict[int, int] = {}
+        self.generations = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.generated_tokens = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.steps = 0
+        self.decode_s = 0.0
+        self.busy_s = 0.0
+        self.last_k = 0
+        self.last_s_per_token = 0.0
+
+    def count_response(self, status: int) -> None:
+        self.responses[status] = self.responses.get(status, 0) + 1
+
+    def observe(self, s: Stats) -> None:
+        self.generations += 1
+        self.prompt_tokens += s.n_prompt
+        self.cached_tokens += max(0, s.n_prompt - s.n_prefilled)
+        self.generated_tokens += s.n_generated
+        self.drafted += s.n_drafted
+        self.accepted += s.n_accepted
+        self.steps += s.steps
+        self.decode_s += s.decode_s
+        self.busy_s += s.elapsed_s
+        self.last_k = s.k
+        if s.n_generated:
+            self.last_s_per_token = s.decode_s / s.n_generated
+
+    def mean_request_s(self) -> float:
+        return self.busy_s / self.generations if self.generations else 1.0
+
+    def render(self, waiting: int, busy: bool) -> str:
+        acceptance = self.accepted / self.drafted if self.drafted else 0.0
+        rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+            (
+                "requests_total",
+                "counter",
+                "HTTP responses by status code",
+                [(f'{{code="{c}"}}', n) for c, n in sorted(self.responses.items())],
+            ),
+            (
+                "generations_total",
+                "counter",
+                "generations run (finished or stopped)",
+                [("", self.generations)],
+            ),
+            ("prompt_tokens_total", "counter", "prompt tokens", [("", self.prompt_tokens)]),
+            (
+                "prompt_tokens_cached_total",
+                "counter",
+                "prompt tokens reused from the cache",
+                [("", self.cached_tokens)],
+            ),
+            (
+                "generated_tokens_total",
+                "counter",
+                "tokens generated",
+                [("", self.generated_tokens)],
+            ),
+            (
+                "drafted_tokens_total",
+                "counter",
+                "draft tokens proposed (draft_n)",
+                [("", self.drafted)],
+            ),
+            (
+                "accepted_tokens_total",
+                "counter",
+                "draft tokens accepted (draft_n_accepted)",
+                [("", self.accepted)],
+            ),
+            (
+                "steps_total",
+                "counter",
+                "speculative steps (target forward passes)",
+                [("", self.steps)],
+            ),
+            (
+                "decode_seconds_total",
+                "counter",
+                "time spent decoding after prefill",
+                [("", self.decode_s)],
+            ),
+            ("acceptance_rate", "gauge", "accepted / drafted since start", [("", acceptance)]),
+            ("current_k", "gauge", "draft length used by the last step", [("", self.last_k)]),
+            (
+                "seconds_per_token",
+                "gauge",
+                "decode time per token of the last generation",
+                [("", self.last_s_per_token)],
+            ),
+            ("queue_depth", "gauge", "requests waiting for the engine", [("", waiting)]),
+            ("busy", "gauge", "1 while a generation runs", [("", int(busy))]),
+        ]
+        out = []
+        for name, kind, help_, samples in rows:
+            out += [f"# HELP edgespec_{name} {help_}", f"# TYPE edgespec_{name} {kind}"]
+            out += [f"edgespec_{name}{labels} {value:g}" for labels, value in samples]
+        return "\n".join(out) + "\n"
+
+
+class GenerationQueue:
+    """One generation at a time on `engine`, in arrival order, at most `max_waiting` waiting."""
+
+    def __init__(self, engine: Engine, max_waiting: int, metrics: Metrics) -> None:
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.metrics = metrics
+        self.waiting = 0
+        self.running = False
+        self._turn = asyncio.Lock()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
+
+    async def start(self, receive: Callable[[], Any], make_stream: Callable[[], Iterator[StreamEvent]]) -> Generation:
+        """Wait for this request's turn and open its stream (on the worker thread).
+
+        Raises QueueFull when too many wait, ClientGone when the client left while
+        waiting, and whatever `make_stream` raises (EdgespecError for a bad prompt).
+        """
+        if (self.running or self.waiting) and self.waiting >= self.max_waiting:
+            waits = self.waiting + 1
+            raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
+        job = Generation(self, receive)
+        self.waiting += 1
+        try:
+            await self._turn.acquire()
+        except BaseException:
+            job.close()
+            raise
+        finally:
+            self.waiting -= 1
+        self.running = job.has_turn = True
+        try:
+            if job.gone:
+                raise ClientGone()
+            job.stream = await self.call(make_stream)
+        except BaseException:
+            job.close()
+            raise
+        return job
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+
+    def _release(self, stream: Iterator[StreamEvent] | None) -> None:
+        if stream is not None:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                # queued behind the step in flight, ahead of the next request's first step
+                self._worker.submit(close)
+        self.running = False
+        self._turn.release()
+
+    def shutdown(self) -> None:
+        self.engine.cancel()
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+class Generation:
+    """One request's turn on the engine: `next()` runs one step; `close()` always ends it."""
+
+    def __init__(self, queue: GenerationQueue, receive: Callable[[], Any]) -> None:
+        self.queue = queue
+        self.stream: Iterator[StreamEvent] | None = None
+        self.has_turn = False
+        self.gone = False
+        self.finished = False
+        self.last: StreamEvent | None = None
+        self._closed = False
+        self._watch = asyncio.ensure_future(self._watch_disconnect(receive))
+
+    async def _watch_disconnect(self, receive: Callable[[], Any]) -> None:
+        with contextlib.suppress(Exception):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.gone = True
+            if self.has_turn and not self.finished:
+                self.queue.engine.cancel()  # the step in flight is the last one
+
+    async def next(self) -> StreamEvent:
+        assert self.stream is not None
+        event = await self.queue.call(next, self.stream, None)
+        if event is None:  # the engine's stream always ends with a finish_reason; be safe anyway
+            assert self.last is not None
+            event = StreamEvent("", (), (), self.last.stats, "stop")
+        self.last = event
+        self.finished = event.finish_reason is not None
+        return event
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._watch.cancel()
+        if not self.has_turn:
+            return
+        if not self.finished:
+            self.queue.engine.cancel()
+        if self.last is not None:
+            self.queue.metrics.observe(self.last.stats)
+        self.queue._release(self.stream)
