@@ -35,7 +35,7 @@ class StepOutcome:
     step_s: float
 
 
-WARMUP = (0, 4, 4, 0, 2, 6, 2, 6, 0)
+WARMUP = (0, 0, 3, 3, 2, 0, 2)
 
 
 class FixedK:
@@ -65,6 +65,8 @@ class _Recent:
         self.n = 0
 
     def add(self, x: float) -> None:
+        if self.n == 1:
+            self.samples.clear()  # the very first call of a shape pays for building its graph
         self.samples.append(x)
         self.n += 1
 
@@ -79,7 +81,7 @@ class AdaptiveK:
         k_max: int = 10,
         *,
         probe_every: int = 8,
-        recover_every: int = 16,
+        recover_every: int = 32,
         decay: float = 0.97,
         prior_alpha: float = 0.6,
     ) -> None:
@@ -152,12 +154,12 @@ class AdaptiveK:
         self.steps += 1
         best = self.best_k()
         if self.steps <= len(WARMUP):
-            # measure plain steps and a few draft sizes (each twice: a new batch shape's first
-            # call is slow) before trusting the model
+            # measure plain steps and a few small draft sizes (each at least twice: a new batch
+            # shape's first call is slow) before trusting the model; cheap if the pair is bad
             k = WARMUP[self.steps - 1]
         elif best <= 0:
             # speculation does not pay now: probe a small K now and then to see if it recovers
-            k = (2 + 2 * ((self.steps // self.recover_every) % 2)) if self.steps % self.recover_every == 0 else 0
+            k = (1 + (self.steps // self.recover_every) % 2) if self.steps % self.recover_every == 0 else 0
         elif self.steps % self.probe_every == 0:
             k = min(self.k_max, best + 1) if self._probe_up else max(0, best - 1)
             self._probe_up = not self._probe_up

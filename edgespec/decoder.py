@@ -32,7 +32,7 @@ import numpy as np
 from .controller import StepOutcome
 from .errors import ContextFullError
 from .events import Stats
-from .sampling import Dist, SamplingParams, to_dist
+from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
 
@@ -209,7 +209,7 @@ class Decoder:
         qs: list[Dist] = []
         for i in range(k):
             q = to_dist(row, params)
-            if p_min > 0.0 and i > 0 and float(q.probs.max()) < p_min:
+            if p_min > 0.0 and i > 0 and confidence(row, q, params) < p_min:
                 break  # the draft is unsure: stop before sampling (lossless: depends on q only)
             x = q.sample(rng)
             drafts.append(x)

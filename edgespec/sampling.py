@@ -98,3 +98,12 @@ def to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     ids, vals = ids[:keep], vals[:keep]
     scaled = np.exp((vals - vals[0]) / params.temperature)
     return Dist(ids.astype(np.int64), scaled / scaled.sum())
+
+
+def confidence(logits: np.ndarray, dist: Dist, params: SamplingParams) -> float:
+    """How sure the model is of its best token: the top probability of `dist`, or at
+    temperature 0 (where `dist` is one-hot) of the untempered softmax of the row."""
+    if not params.greedy:
+        return float(dist.probs.max())
+    top = float(logits.max())
+    return 1.0 / float(np.exp(logits - top).sum())
