@@ -138,7 +138,6 @@ class LlamaModel:
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     # -- lifetimes -------------------------------------------------------------
     def close(self) -> None:
@@ -232,12 +231,12 @@ class LlamaModel:
         return list(buf[:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, special)
+        buf = ctypes.create_string_buffer(64)  # per call: frontends may call this from other threads
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
-            return buf.raw[:n]
-        return self._piece_buf.raw[:n]
+        return buf.raw[:n]
 
     def token_text(self, token: int) -> str:
         return self.piece(token, special=True).decode("utf-8", "replace")

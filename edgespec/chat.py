@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import EdgespecError
@@ -46,8 +45,9 @@ def check_messages(messages: Sequence[Any]) -> list[Message]:
 
 
 def render(template: str, messages: Sequence[Message], *, bos_token: str = "", eos_token: str = "") -> str:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: time.strftime(str(fmt))
     try:
         tmpl = env.from_string(template)
         parts: list[str] = []
@@ -63,8 +63,10 @@ def render(template: str, messages: Sequence[Message], *, bos_token: str = "", e
                     "the model's chat template produced too much output or took too long; "
                     "pass a raw prompt (--raw) instead"
                 )
-    except TemplateError as err:
+    except TemplateRenderError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the template is foreign code; any failure is the file's
         raise TemplateRenderError(
-            f"the model's chat template failed ({err}); pass a raw prompt (--raw) instead"
+            f"the model's chat template failed ({type(err).__name__}: {err}); pass a raw prompt (--raw) instead"
         ) from err
     return "".join(parts)

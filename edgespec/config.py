@@ -61,8 +61,7 @@ class ModelEntry:
     derive: str | None = None
     quantize: str | None = None
     n_gpu_layers: int = 0
-    n_ctx: int | None = None
-    threads: int | None = None
+    threads: int | None = None  # the target's setting applies to both models of a pair
 
     def location(self) -> Path:
         """Where the GGUF is (a user's path) or will be once prepared (the cache)."""
@@ -123,10 +122,7 @@ def load_config(explicit: str | Path | None = None) -> Config:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ConfigError(f"{path}: cannot read it as TOML ({err}); fix the file") from err
     # the demo pair is always available unless the file redefines it
-    merged = {
-        "models": {**BUILTIN["models"], **data.get("models", {})},
-        "pairs": {**BUILTIN["pairs"], **data.get("pairs", {})},
-    }
+    merged = {key: {**BUILTIN[key], **_table(data, key, str(path))} for key in ("models", "pairs")}
     return parse(merged, str(path))
 
 
@@ -134,8 +130,15 @@ def parse(data: dict[str, Any], source: str) -> Config:
     models = {n: _model(n, t, source) for n, t in _table(data, "models", source).items()}
     pairs = {n: _pair(n, t, source, models) for n, t in _table(data, "pairs", source).items()}
     for m in models.values():
-        if m.derive is not None and m.derive not in models:
-            raise ConfigError(f"{source}: models.{m.name}.derive names unknown model {m.derive!r}")
+        seen = {m.name}
+        step = m
+        while step.derive is not None:
+            if step.derive not in models:
+                raise ConfigError(f"{source}: models.{step.name}.derive names unknown model {step.derive!r}")
+            if step.derive in seen:
+                raise ConfigError(f"{source}: models.{m.name}.derive goes round in a circle; fix the derive keys")
+            seen.add(step.derive)
+            step = models[step.derive]
     return Config(models, pairs, source)
 
 
@@ -155,7 +158,7 @@ def _get(t: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str, 
 
 def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
     where = f"{source}: models.{name}"
-    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "n_ctx", "threads"}
+    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads"}
     if unknown:
         raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key")
     sources = [k for k in ("path", "wheel", "derive") if k in t]
@@ -175,13 +178,15 @@ def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
         _get(t, "derive", str, where),
         q,
         _get(t, "n_gpu_layers", int, where, 0),
-        _get(t, "n_ctx", int, where),
         _get(t, "threads", int, where),
     )
 
 
 def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntry]) -> PairEntry:
     where = f"{source}: pairs.{name}"
+    unknown = set(t) - {"target", "draft", "k", "p_min", "n_ctx"}
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key (target, draft, k, p_min, n_ctx)")
     for key in ("target", "draft"):
         v = _get(t, key, str, where)
         if (key == "target" and v is None) or (v is not None and v not in models):
@@ -190,11 +195,16 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
     if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 32):
         raise ConfigError(f'{where}.k must be "auto" or an integer 0..32')
     p_min = _get(t, "p_min", (int, float), where)
+    if p_min is not None and not 0 <= p_min <= 1:
+        raise ConfigError(f"{where}.p_min must be between 0 and 1")
+    n_ctx = _get(t, "n_ctx", int, where, 4096)
+    if n_ctx < 64:
+        raise ConfigError(f"{where}.n_ctx must be at least 64")
     return PairEntry(
         name,
         t["target"],
         t.get("draft"),
         None if k == "auto" else k,
         None if p_min is None else float(p_min),
-        _get(t, "n_ctx", int, where, 4096),
+        n_ctx,
     )

@@ -11,9 +11,11 @@ this machine (DESIGN.md, "The K controller"):
                                                        given the earlier ones were accepted)
     speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
 
-alpha_i, the draft cost per token c_d, the verify cost v(n) per batch size and
-the fixed overhead o are medians of recent steps (alpha: decayed counts), so they follow the
-text as it changes. K = 0 wins when speculation does not pay; the controller
+Measured on real machines the step time is close to linear in K, with a fixed
+part larger than one plain step (switching between two models' weights costs
+cache), so the controller fits T(K) = fixed + K * per_token to the medians of
+recent whole-step times for each K it tried, and T(0) separately; alpha_i are
+decayed counts, so the estimates follow the text as it changes. K = 0 wins when speculation does not pay; the controller
 then probes a small K now and then so it notices when acceptance recovers, and
 otherwise probes the neighbours of its best K so their estimates stay fresh.
 Pure: no model, no clock, no I/O.
@@ -35,7 +37,8 @@ class StepOutcome:
     step_s: float
 
 
-WARMUP = (0, 0, 3, 3, 2, 0, 2)
+WARMUP = (0, 0, 2, 2, 5, 5, 0)
+STALE_STEPS = 64
 
 
 class FixedK:
@@ -93,10 +96,10 @@ class AdaptiveK:
         # decayed counts of draft tokens tried / accepted at each position
         self._tried = [0.0] * k_max
         self._accepted = [0.0] * k_max
-        self.draft_cost = _Recent(15)  # seconds per draft token
-        # verify cost per batch size n = 1..k_max+1; unmeasured sizes are interpolated
-        self.verify_cost = [_Recent() for _ in range(k_max + 2)]
-        self.overhead = _Recent(15)
+        # whole-step time for each K (draft + verify + Python): a step has a fixed part (one
+        # target pass, switching between the two models) and a part that grows with K
+        self.step_time = [_Recent() for _ in range(k_max + 1)]
+        self._seen_at = [0] * (k_max + 1)  # the step at which each K was last measured
         self.steps = 0
         self.best = 0
         self.last_k = 0
@@ -119,27 +122,33 @@ class AdaptiveK:
             e += run
         return e
 
-    def verify_s(self, n: int) -> float:
-        measured = [(m, c.value) for m, c in enumerate(self.verify_cost) if m >= 1 and c.n]
-        if not measured:
-            return 0.0
-        below = [(m, c) for m, c in measured if m <= n]
-        above = [(m, c) for m, c in measured if m >= n]
-        if below and above:
-            (m0, c0), (m1, c1) = below[-1], above[0]
-            return c0 if m1 == m0 else c0 + (c1 - c0) * (n - m0) / (m1 - m0)
-        if below:  # extrapolate with the slope seen so far (at least flat)
-            (m0, c0) = below[-1]
-            slope = (c0 - measured[0][1]) / (m0 - measured[0][0]) if m0 > measured[0][0] else 0.0
-            return c0 + max(slope, 0.0) * (n - m0)
-        return above[0][1]
+    def step_cost(self) -> tuple[float, float]:
+        """(fixed, per draft token) seconds of a speculative step, fitted to the measured
+        medians by least squares; with one measured K the fixed part is a plain step's time."""
+        pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.step_time) if k >= 1 and r.n]
+        fresh = [p for p in pts if self.steps - self._seen_at[p[0]] <= STALE_STEPS]
+        pts = fresh or pts  # costs measured long ago may belong to another text or load
+        plain = self.step_time[0].value
+        if len(pts) == 1:
+            k, t, _ = pts[0]
+            return plain, max(0.0, (t - plain) / k)
+        w = sum(n for _, _, n in pts)
+        mk = sum(k * n for k, _, n in pts) / w
+        mt = sum(t * n for _, t, n in pts) / w
+        var = sum(n * (k - mk) ** 2 for k, _, n in pts)
+        slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
+        return mt - slope * mk, slope
 
     def speed(self, k: int, alpha: list[float] | None = None) -> float:
-        t = k * self.draft_cost.value + self.verify_s(k + 1) + self.overhead.value
+        if k == 0:
+            t = self.step_time[0].value
+        else:
+            fixed, per_token = self.step_cost()
+            t = fixed + per_token * k
         return self.expected_tokens(k, alpha) / t if t > 0 else 0.0
 
     def best_k(self) -> int:
-        if not self.verify_cost[1].n or not self.draft_cost.n:
+        if not self.step_time[0].n or not any(r.n for r in self.step_time[1:]):
             return -1  # not measured yet
         alpha = self.alpha()
         return max(range(self.k_max + 1), key=lambda k: self.speed(k, alpha))
@@ -154,14 +163,14 @@ class AdaptiveK:
         self.steps += 1
         best = self.best_k()
         if self.steps <= len(WARMUP):
-            # measure plain steps and a few small draft sizes (each at least twice: a new batch
-            # shape's first call is slow) before trusting the model; cheap if the pair is bad
+            # measure plain steps and two draft sizes (each twice: a new batch shape's first
+            # call is slow) before trusting the model; cheap even if the pair is bad
             k = WARMUP[self.steps - 1]
         elif best <= 0:
             # speculation does not pay now: probe a small K now and then to see if it recovers
             k = (1 + (self.steps // self.recover_every) % 2) if self.steps % self.recover_every == 0 else 0
         elif self.steps % self.probe_every == 0:
-            k = min(self.k_max, best + 1) if self._probe_up else max(0, best - 1)
+            k = min(self.k_max, best + 1) if self._probe_up else max(1, best - 1)
             self._probe_up = not self._probe_up
         else:
             k = best
@@ -175,8 +184,6 @@ class AdaptiveK:
             for i in range(min(o.n_accepted + 1, o.k)):
                 self._tried[i] += 1.0
                 self._accepted[i] += i < o.n_accepted
-        if o.k > 0:
-            self.draft_cost.add(o.draft_s / o.k)
-        if o.k + 1 < len(self.verify_cost):
-            self.verify_cost[o.k + 1].add(o.verify_s)
-        self.overhead.add(max(0.0, o.step_s - o.draft_s - o.verify_s))
+        if o.k <= self.k_max:
+            self.step_time[o.k].add(o.step_s)
+            self._seen_at[o.k] = self.steps

@@ -21,6 +21,7 @@ The decoder knows token ids only; text and stop strings live in detok.py.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -53,6 +54,15 @@ class Controller(Protocol):
     def observe(self, outcome: StepOutcome) -> None: ...
 
     def estimated_speedup(self) -> float | None: ...
+
+
+def _snapshot(stats: Stats) -> Stats:
+    """A copy for one event: the running Stats keeps changing after it is yielded."""
+    return dataclasses.replace(
+        stats,
+        accepted_per_position=list(stats.accepted_per_position),
+        drafted_per_position=list(stats.drafted_per_position),
+    )
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -123,6 +133,7 @@ class Decoder:
         self.target = Cache(target)
         self.draft = Cache(draft) if draft is not None else None
         self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
+        self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
         self.committed: list[int] = []
 
     def run(
@@ -161,6 +172,7 @@ class Decoder:
     def _loop(self, params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode):  # noqa: ANN001
         committed = self.committed
         while True:
+            t_top = time.perf_counter()
             if cancel is not None and cancel.is_set():
                 yield self._final(stats, t_decode, "cancelled")
                 return
@@ -172,6 +184,11 @@ class Decoder:
             k = 0
             if draft is not None:
                 k = max(0, min(controller.next_k(), room - 1, left - 1))
+            if k and len(draft.tokens) < len(committed) - 2:
+                # the draft sat out plain steps: catch it up outside the step the controller times
+                t_catch = time.perf_counter()
+                draft.sync(committed[:-1])
+                stats.draft_s += time.perf_counter() - t_catch
             t_step = time.perf_counter()
             drafts, qs = self._draft(draft, k, params, rng, p_min) if k else ([], [])
             t_verify = time.perf_counter()
@@ -186,8 +203,6 @@ class Decoder:
                     # anything accepted after it is discarded
                     emit, new, finish = new[:i], new[: i + 1], "stop"
                     break
-            if len(emit) > left:
-                emit, new, finish = emit[:left], new[:left], "length"
             n_before = len(committed)
             committed.extend(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
@@ -196,15 +211,17 @@ class Decoder:
             t_end = time.perf_counter()
             outcome = StepOutcome(len(drafts), a, t_verify - t_step, t_sample - t_verify, t_end - t_step)
             controller.observe(outcome)
-            self._account(stats, controller, outcome, len(emit), t_decode)
+            self._account(stats, controller, outcome, len(emit), time.perf_counter() - t_top)
             from_draft = [True] * min(a, len(emit)) + [False] * (len(emit) - min(a, len(emit)))
-            yield Step(tuple(emit), tuple(from_draft), stats, finish)
+            yield Step(tuple(emit), tuple(from_draft), _snapshot(stats), finish)
             if finish is not None:
                 return
 
     def _draft(self, draft: Cache, k: int, params, rng, p_min: float):  # noqa: ANN001
         feed = self.committed[len(draft.tokens) :]
-        row = draft.extend(feed, logits_from=len(feed) - 1)[-1]
+        # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
+        # ids the target does not have would have p = 0, so q is taken over the shared ids only
+        row = draft.extend(feed, logits_from=len(feed) - 1)[-1][: self.n_vocab]
         drafts: list[int] = []
         qs: list[Dist] = []
         for i in range(k):
@@ -215,10 +232,10 @@ class Decoder:
             drafts.append(x)
             qs.append(q)
             if i + 1 < k:
-                row = draft.extend([x], logits_from=0)[0]
+                row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
         return drafts, qs
 
-    def _account(self, stats: Stats, controller: Controller, o: StepOutcome, n_emit: int, t_decode: float) -> None:
+    def _account(self, stats: Stats, controller: Controller, o: StepOutcome, n_emit: int, busy_s: float) -> None:
         stats.steps += 1
         stats.k = o.k
         stats.n_generated += n_emit
@@ -233,14 +250,12 @@ class Decoder:
         for i in range(o.k):
             stats.drafted_per_position[i] += 1
             stats.accepted_per_position[i] += i < o.n_accepted
-        stats.decode_s = time.perf_counter() - t_decode
+        stats.decode_s += busy_s  # time inside the generator only, not the consumer's
         stats.elapsed_s = stats.prefill_s + stats.decode_s
         stats.est_speedup = controller.estimated_speedup()
 
     def _final(self, stats: Stats, t_decode: float, reason: str) -> Step:
-        stats.decode_s = time.perf_counter() - t_decode
-        stats.elapsed_s = stats.prefill_s + stats.decode_s
-        return Step((), (), stats, reason)
+        return Step((), (), _snapshot(stats), reason)
 
     def reset(self) -> None:
         for cache in (self.target, self.draft):

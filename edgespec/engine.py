@@ -10,6 +10,7 @@ user should see (quantization asymmetry, no GPU offload).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,12 +23,13 @@ from . import chat
 from .controller import AdaptiveK, FixedK
 from .decoder import Decoder, Model
 from .detok import TextAssembler
-from .errors import EdgespecError
+from .errors import BusyError, EdgespecError
 from .events import Result, StreamEvent
 from .pair import QuantReport, live_quantization_verdict
 from .sampling import SamplingParams
 
 log = logging.getLogger("edgespec")
+LOCK_WAIT_S = 30.0
 
 Prompt = str | Sequence[dict] | Sequence[int]
 
@@ -68,6 +70,8 @@ class Engine:
         self.name = name
         self.warnings: list[str] = list(warnings)
         self._info = info or {}
+        if default_k is not None and not 0 <= default_k <= 32:
+            raise EdgespecError(f"k must be between 0 and 32 (got {default_k})")
         self.default_k = default_k
         self.p_min = p_min
         self._quant = quant_report
@@ -77,6 +81,10 @@ class Engine:
         self.n_ctx = self._decoder.n_ctx
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        self._closed = False
+        # one adaptive controller per temperature: what it measured (costs, acceptance) carries
+        # over to the next request instead of being learned again every time
+        self._adaptive: dict[float, AdaptiveK] = {}
         template = target.chat_template()
         if template is None:
             self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
@@ -122,7 +130,10 @@ class Engine:
         return load_named_pair(cls, name, config)
 
     def close(self) -> None:
-        with self._lock:
+        if self._closed:
+            return
+        with self._hold():
+            self._closed = True
             for m in (self.draft, self.target):
                 close = getattr(m, "close", None)
                 if close is not None:
@@ -153,6 +164,8 @@ class Engine:
                 return self.target.tokenize(prompt, add_special=True, parse_special=True)
             return self._chat_tokens([{"role": "user", "content": prompt}])
         items: list[Any] = list(prompt)
+        if not items:
+            raise EdgespecError("the prompt is empty; give at least one message or token")
         if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
             ids = [int(t) for t in items]
             bad = [t for t in ids if not 0 <= t < self.target.n_vocab]
@@ -179,7 +192,7 @@ class Engine:
 
     def reset(self) -> None:
         """Empty both KV caches (the next request prefills from scratch, as in a fresh process)."""
-        with self._lock:
+        with self._hold():
             self._decoder.reset()
 
     # -- generation ------------------------------------------------------------------
@@ -209,9 +222,9 @@ class Engine:
         return self._stream(tokens, params, max_tokens, speculative and self.draft is not None, k, stops)
 
     def _stream(self, tokens, params, max_tokens, speculative, k, stops) -> Iterator[StreamEvent]:  # noqa: ANN001
-        with self._lock:
+        with self._hold():
             self._cancel.clear()
-            controller = self._controller(k)
+            controller = self._controller(k, params.temperature)
             text = TextAssembler(self.target.piece, stops)
             rng = np.random.default_rng(params.seed)
             steps = self._decoder.run(
@@ -256,9 +269,27 @@ class Engine:
         self._live = verdict
         log.warning("%s", verdict)
 
-    def _controller(self, k: int | None) -> FixedK | AdaptiveK:
+    def _controller(self, k: int | None, temperature: float) -> FixedK | AdaptiveK:
         k = k if k is not None else self.default_k
-        return FixedK(k) if k is not None else AdaptiveK()
+        if k is not None:
+            return FixedK(k)
+        return self._adaptive.setdefault(round(temperature, 2), AdaptiveK())
+
+    @contextlib.contextmanager
+    def _hold(self) -> Iterator[None]:
+        """The engine lock, waited for a bounded time: a stream left open in the same thread
+        would otherwise deadlock the caller."""
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            raise BusyError(
+                "another generation has held this engine for too long; close or exhaust its "
+                "stream, or call cancel() first"
+            )
+        try:
+            if self._closed:
+                raise EdgespecError("this engine is closed; load a new one")
+            yield
+        finally:
+            self._lock.release()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
         parts: list[str] = []
@@ -282,3 +313,5 @@ def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
         raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
     if k is not None and not 0 <= k <= 32:
         raise EdgespecError(f"k must be between 0 and 32 (got {k})")
+    if p.seed is not None and not 0 <= p.seed < 2**63:
+        raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")

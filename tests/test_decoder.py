@@ -161,3 +161,41 @@ def test_engine_events_flag_draft_tokens() -> None:
     flags = [f for e in events for f in e.from_draft]
     assert flags.count(True) == events[-1].stats.n_accepted
     assert events[-1].finish_reason == "length" and events[-1].stats.n_generated == 20
+
+
+def test_draft_with_a_larger_vocabulary_never_proposes_ids_the_target_lacks() -> None:
+    target = FakeModel(64)
+    draft = FakeModel(70, seed=5)
+    dec = Decoder(target, draft)
+    params = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0)
+    toks, _, last = run(dec, 4, n=60, params=params)
+    assert all(t < 64 for t in toks) and last.stats.n_drafted > 0
+
+
+def test_each_event_carries_its_own_stats_snapshot() -> None:
+    eng = make_engine(noise=0.5)
+    events = list(eng.stream("t5 t9", temperature=0.0, max_tokens=20, k=3))
+    assert events[0].stats.n_generated < events[-1].stats.n_generated
+
+
+def test_engine_refuses_use_after_close_and_bad_seed() -> None:
+    from edgespec.errors import EdgespecError
+
+    eng = make_engine()
+    with pytest.raises(EdgespecError, match="seed"):
+        eng.generate("t5", seed=-1)
+    with pytest.raises(EdgespecError, match="empty"):
+        eng.generate([])
+    eng.close()
+    eng.close()  # idempotent
+    with pytest.raises(EdgespecError, match="closed"):
+        eng.generate("t5 t9", max_tokens=3)
+
+
+def test_adaptive_controller_state_carries_over_between_requests() -> None:
+    eng = make_engine(noise=0.3)
+    eng.generate("t5 t9", temperature=0.0, max_tokens=40)
+    ctrl = eng._adaptive[0.0]
+    steps = ctrl.steps
+    eng.generate("t7 t9", temperature=0.0, max_tokens=40)
+    assert eng._adaptive[0.0] is ctrl and ctrl.steps > steps
