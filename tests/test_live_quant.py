@@ -1,0 +1,49 @@
+"""The quantization-asymmetry warning, confirmed or retracted by measured acceptance."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.pair import QuantReport, live_quantization_verdict
+from tests.conftest import demo_paths
+
+ASYM = QuantReport("F32", "Q2_K", 32.0, 5.1, "f16", ("the draft is much lower-bit ...",))
+SYM = QuantReport("F32", "Q8_0", 32.0, 8.5, "f16", ())
+
+
+def test_no_verdict_before_enough_draft_tokens() -> None:
+    assert live_quantization_verdict(ASYM, 10, 2) is None
+
+
+def test_low_acceptance_confirms_the_warning_with_numbers() -> None:
+    v = live_quantization_verdict(ASYM, 200, 80)
+    assert v is not None and "40%" in v and "Q8_0" in v
+
+
+def test_good_acceptance_retracts_the_warning() -> None:
+    v = live_quantization_verdict(ASYM, 200, 190)
+    assert v is not None and "not hurting" in v
+
+
+def test_symmetric_pair_gets_no_live_warning() -> None:
+    assert live_quantization_verdict(SYM, 500, 100) is None
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("draft, expect", [("smollm2-135m-q2_k", "confirmed"), ("smollm2-135m-q8_0", None)])
+def test_live_warning_on_real_drafts(draft: str, expect: str | None) -> None:
+    if demo_paths() is None:
+        pytest.skip("demo pair not prepared")
+    from edgespec import Engine
+    from edgespec.config import load_config
+    from edgespec.models import prepare
+
+    cfg = load_config()
+    with Engine.load(demo_paths()[0], prepare(cfg, draft), n_ctx=1024) as eng:
+        eng.generate("Explain how a refrigerator works.", temperature=0.8, max_tokens=96, k=4, seed=3)
+        live = [w for w in eng.warnings if "accepts" in w]
+        if expect is None:
+            assert live == [] and not any("lower-bit" in w for w in eng.warnings)
+        else:
+            assert len(live) == 1 and expect in live[0], eng.warnings
+            assert not any("lower-bit" in w for w in eng.warnings)  # the measured verdict replaced the guess
