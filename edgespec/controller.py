@@ -39,7 +39,6 @@ class StepOutcome:
 
 WARMUP = (0, 0, 2, 2, 5, 5, 0)
 STALE_STEPS = 64
-PLAIN_MARGIN = 1.03
 
 
 class FixedK:
@@ -140,27 +139,19 @@ class AdaptiveK:
         slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
         return mt - slope * mk, slope
 
-    def step_s(self, k: int, fit: tuple[float, float] | None = None) -> float:
-        """Expected time of a step with K = k: its own recent median when it was measured often
-        enough lately (batch shapes do not all cost the same), else the fitted line."""
-        r = self.step_time[k]
-        if k == 0 or (len(r.samples) >= 3 and self.steps - self._seen_at[k] <= STALE_STEPS):
-            return r.value
-        fixed, per_token = fit if fit is not None else self.step_cost()
-        return fixed + per_token * k
-
-    def speed(self, k: int, alpha: list[float] | None = None, fit: tuple[float, float] | None = None) -> float:
-        t = self.step_s(k, fit)
+    def speed(self, k: int, alpha: list[float] | None = None) -> float:
+        if k == 0:
+            t = self.step_time[0].value
+        else:
+            fixed, per_token = self.step_cost()
+            t = fixed + per_token * k
         return self.expected_tokens(k, alpha) / t if t > 0 else 0.0
 
     def best_k(self) -> int:
         if not self.step_time[0].n or not any(r.n for r in self.step_time[1:]):
             return -1  # not measured yet
-        alpha, fit = self.alpha(), self.step_cost()
-        best = max(range(1, self.k_max + 1), key=lambda k: self.speed(k, alpha, fit))
-        # leave plain decoding only for a clear gain: switching back and forth also costs the
-        # draft a catch-up pass that the step times above do not include
-        return best if self.speed(best, alpha, fit) > PLAIN_MARGIN * self.speed(0) else 0
+        alpha = self.alpha()
+        return max(range(self.k_max + 1), key=lambda k: self.speed(k, alpha))
 
     def estimated_speedup(self) -> float | None:
         best = self.best_k()
