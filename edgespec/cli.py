@@ -124,7 +124,8 @@ def format_stats(stats: Any) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     engine = engine_from_args(args)
-    for w in engine.warnings:
+    shown = list(engine.warnings)
+    for w in shown:
         print(f"warning: {w}", file=sys.stderr)
     opts = sampling_options(args)
     if args.stop:
@@ -150,6 +151,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     sys.stdout.write("\n")
     if event is not None:
         print(f"[{event.finish_reason}] {format_stats(event.stats)}", file=sys.stderr)
+    for w in engine.warnings:
+        if w not in shown:  # e.g. the measured verdict on a low-bit draft
+            print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
