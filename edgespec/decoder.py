@@ -36,6 +36,8 @@ from .events import Stats
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
+PREFILL_CHUNK = 512
+
 
 class Model(Protocol):
     n_vocab: int
@@ -85,16 +87,24 @@ class Cache:
         self.model.trim(n)
         del self.tokens[n:]
 
-    def sync(self, tokens: Sequence[int]) -> int:
-        """Make the cache hold exactly `tokens`; return how many had to be evaluated."""
+    def sync(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Make the cache hold exactly `tokens`; return how many had to be evaluated.
+
+        A long prefill goes in chunks with the cancel flag checked between them, so a
+        cancel (a client gone) does not wait for thousands of prompt tokens; a cancelled
+        sync leaves the cache holding a prefix of `tokens`."""
         n = common_prefix(self.tokens, tokens)
         if n < len(self.tokens):
             self.cut(n)
-        rest = list(tokens[n:])
-        if rest:
-            self.model.eval(rest, n)
-            self.tokens.extend(rest)
-        return len(rest)
+        start = n
+        while n < len(tokens):
+            if cancel is not None and cancel.is_set():
+                break
+            chunk = list(tokens[n : n + PREFILL_CHUNK])
+            self.model.eval(chunk, n)
+            self.tokens.extend(chunk)
+            n += len(chunk)
+        return n - start
 
     def extend(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
         rows = self.model.eval(tokens, len(self.tokens), logits_from)
@@ -160,9 +170,9 @@ class Decoder:
         self.committed = list(prompt)
         t0 = time.perf_counter()
         try:
-            stats.n_prefilled = self.target.sync(self.committed[:-1]) + 1
+            stats.n_prefilled = self.target.sync(self.committed[:-1], cancel) + 1
             if draft is not None:
-                draft.sync(self.committed[:-1])
+                draft.sync(self.committed[:-1], cancel)
             t_decode = time.perf_counter()
             stats.prefill_s = t_decode - t0
             yield from self._loop(params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode)

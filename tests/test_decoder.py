@@ -199,3 +199,23 @@ def test_adaptive_controller_state_carries_over_between_requests() -> None:
     steps = ctrl.steps
     eng.generate("t7 t9", temperature=0.0, max_tokens=40)
     assert eng._adaptive[0.0] is ctrl and ctrl.steps > steps
+
+
+def test_cancel_stops_a_long_prefill_between_chunks() -> None:
+    target = FakeModel(n_ctx=4096)
+    dec = Decoder(target, FakeModel(n_ctx=4096))
+    cancel = threading.Event()
+    prompt = [1] + [5 + i % 50 for i in range(2000)]
+
+    original = target.eval
+
+    def eval_then_cancel(tokens, pos, logits_from=None):  # noqa: ANN001, ANN202
+        out = original(tokens, pos, logits_from)
+        cancel.set()
+        return out
+
+    target.eval = eval_then_cancel  # type: ignore[method-assign]
+    steps = list(dec.run(prompt, GREEDY, FixedK(4), max_tokens=10, rng=np.random.default_rng(0), cancel=cancel))
+    assert steps[-1].finish_reason == "cancelled" and steps[-1].stats.n_generated == 0
+    assert len(target.evals) == 1  # one 512-token chunk, not the whole prompt
+    assert dec.target.tokens == prompt[: len(dec.target.tokens)] and target.kv == dec.target.tokens
