@@ -101,8 +101,6 @@ class AdaptiveK:
         self.step_time = [_Recent() for _ in range(k_max + 1)]
         self._seen_at = [0] * (k_max + 1)  # the step at which each K was last measured
         self.steps = 0
-        self.best = 0
-        self.last_k = 0
         self._probe_up = True
 
     # -- the model -------------------------------------------------------------------------
@@ -174,7 +172,6 @@ class AdaptiveK:
             self._probe_up = not self._probe_up
         else:
             k = best
-        self.best, self.last_k = max(best, 0), k
         return k
 
     def observe(self, o: StepOutcome) -> None:

@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from .controller import StepOutcome
-from .errors import ContextFullError
+from .errors import ContextFullError, EdgespecError
 from .events import Stats
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
@@ -159,7 +159,7 @@ class Decoder:
         p_min: float = 0.0,
     ) -> Generator[Step, None, None]:
         if not prompt:
-            raise ContextFullError("the prompt is empty; give at least one token")
+            raise EdgespecError("the prompt is empty; give at least one token")
         if len(prompt) >= self.n_ctx:
             raise ContextFullError(
                 f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
@@ -173,23 +173,22 @@ class Decoder:
             stats.n_prefilled = self.target.sync(self.committed[:-1], cancel) + 1
             if draft is not None:
                 draft.sync(self.committed[:-1], cancel)
-            t_decode = time.perf_counter()
-            stats.prefill_s = t_decode - t0
-            yield from self._loop(params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode)
+            stats.prefill_s = time.perf_counter() - t0
+            yield from self._loop(params, controller, draft, stats, max_tokens, rng, cancel, p_min)
         finally:
             self._restore()
 
-    def _loop(self, params, controller, draft, stats, max_tokens, rng, cancel, p_min, t_decode):  # noqa: ANN001
+    def _loop(self, params, controller, draft, stats, max_tokens, rng, cancel, p_min):  # noqa: ANN001
         committed = self.committed
         while True:
             t_top = time.perf_counter()
             if cancel is not None and cancel.is_set():
-                yield self._final(stats, t_decode, "cancelled")
+                yield self._final(stats, "cancelled")
                 return
             room = self.n_ctx - len(committed)
             left = max_tokens - stats.n_generated
             if room <= 0 or left <= 0:
-                yield self._final(stats, t_decode, "length")
+                yield self._final(stats, "length")
                 return
             k = 0
             if draft is not None:
@@ -264,7 +263,7 @@ class Decoder:
         stats.elapsed_s = stats.prefill_s + stats.decode_s
         stats.est_speedup = controller.estimated_speedup()
 
-    def _final(self, stats: Stats, t_decode: float, reason: str) -> Step:
+    def _final(self, stats: Stats, reason: str) -> Step:
         return Step((), (), _snapshot(stats), reason)
 
     def reset(self) -> None:

@@ -70,8 +70,7 @@ class Engine:
         self.name = name
         self.warnings: list[str] = list(warnings)
         self._info = info or {}
-        if default_k is not None and not 0 <= default_k <= 32:
-            raise EdgespecError(f"k must be between 0 and 32 (got {default_k})")
+        _check_k(default_k)
         self.default_k = default_k
         self.p_min = p_min
         self._quant = quant_report
@@ -311,7 +310,11 @@ def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
         raise EdgespecError(f"min_p must be in [0, 1] (got {p.min_p})")
     if max_tokens < 1:
         raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
-    if k is not None and not 0 <= k <= 32:
-        raise EdgespecError(f"k must be between 0 and 32 (got {k})")
+    _check_k(k)
     if p.seed is not None and not 0 <= p.seed < 2**63:
         raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
+
+
+def _check_k(k: int | None) -> None:
+    if k is not None and not 0 <= k <= 32:
+        raise EdgespecError(f"k must be between 0 and 32 (got {k})")

@@ -10,6 +10,7 @@ No llama_cpp import here: stdlib and subprocess only.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import re
@@ -25,6 +26,7 @@ from typing import Any
 
 from edgespec.errors import EdgespecError
 
+log = logging.getLogger("edgespec.native")
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
 VENDOR_PREFIX = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}/vendor/llama.cpp/"
@@ -122,7 +124,7 @@ def _check_model(path: str | os.PathLike[str]) -> Path:
 # --------------------------------------------------------------------------- build
 
 
-def build_native(progress: Progress = print, sdist: Path | None = None) -> Path:
+def build_native(progress: Progress = log.info, sdist: Path | None = None) -> Path:
     """Fetch the pinned sdist, extract vendor/llama.cpp, build the targets; return bin dir.
 
     Idempotent: returns at once when the binaries exist. `sdist` (or the
