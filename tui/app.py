@@ -145,6 +145,12 @@ class ChatApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # held, not queried each time: timers and workers may run while another screen (model
+        # info) is on top or the app is closing, and a query only searches the current screen
+        self._status = self.query_one("#status", StatusBar)
+        self._chat = self.query_one("#chat", VerticalScroll)
+        self._prompt = self.query_one("#prompt", Input)
+        self._warnings = self.query_one("#warnings", Static)
         self.sub_title = visible(self.engine.name or "")
         self.status.set(
             has_draft=self.engine.has_draft,
@@ -160,17 +166,17 @@ class ChatApp(App[None]):
             self._sys_reader = psutil_reader()
         self.read_sys()
         self.set_interval(self.options.refresh_s, self.read_sys)
-        self.query_one("#prompt", Input).focus()
+        self._prompt.focus()
         self.add_message("note", HELP)
 
     # -- helpers ------------------------------------------------------------------------
     @property
     def status(self) -> StatusBar:
-        return self.query_one("#status", StatusBar)
+        return self._status
 
     @property
     def chat(self) -> VerticalScroll:
-        return self.query_one("#chat", VerticalScroll)
+        return self._chat
 
     def messages(self, role: str | None = None) -> list[MessageView]:
         return [m for m in self.query(MessageView) if role is None or m.role == role]
@@ -182,7 +188,7 @@ class ChatApp(App[None]):
         return view
 
     def show_warnings(self) -> None:
-        box = self.query_one("#warnings", Static)
+        box = self._warnings
         warnings = list(self.engine.warnings)
         box.update(visible("\n".join(f"⚠ {w}" for w in warnings)))
         box.display = bool(warnings)
@@ -311,7 +317,7 @@ class ChatApp(App[None]):
             self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
         elif reply is not None:
             reply.remove()
-            prompt = self.query_one("#prompt", Input)
+            prompt = self._prompt
             if not prompt.value and self._pending_user is not None:
                 prompt.value = self._pending_user["content"]  # the turn was not taken: edit and retry
         self.add_message("error", message.error)
