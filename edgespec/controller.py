@@ -14,10 +14,18 @@ this machine (DESIGN.md, "The K controller"):
 Measured on real machines the step time is close to linear in K, with a fixed
 part larger than one plain step (switching between two models' weights costs
 cache), so the controller fits T(K) = fixed + K * per_token to the medians of
-recent whole-step times for each K it tried, and T(0) separately; alpha_i are
-decayed counts, so the estimates follow the text as it changes. K = 0 wins when speculation does not pay; the controller
-then probes a small K now and then so it notices when acceptance recovers, and
-otherwise probes the neighbours of its best K so their estimates stay fresh.
+recent whole-step times for each K it tried, with the fixed part held between
+one and SWITCH_MAX plain steps, and measures T(0) separately; alpha_i are
+decayed counts, so the estimates follow the text as it changes.
+
+Exploration: every `probe_every` steps it tries a neighbour of its best K, and
+every fourth of those a plain step, so T(0), the yardstick for every decision,
+stays fresh. When K = 0 wins it decodes plainly and probes a small K now and
+then to notice when acceptance recovers: less often each time plain still wins
+(up to RECOVER_MAX steps apart), soon again after a probe whose drafts were all
+accepted, and only when the draft is nearly in step (a probe after a long plain
+stretch first has to feed the draft every token it missed; a new request
+starts in step). Leaving plain decoding needs a predicted gain of LEAVE_PLAIN.
 Pure: no model, no clock, no I/O.
 """
 
@@ -39,6 +47,12 @@ class StepOutcome:
 
 WARMUP = (0, 0, 2, 2, 5, 5, 0)
 STALE_STEPS = 64
+SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
+LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding
+RECOVER_MAX = 256  # longest wait between recovery probes while plain decoding wins
+CHEAP_LAG = 16  # draft tokens to catch up that a recovery probe may pay without waiting
+OVERDUE_MAX = 1024  # ... and how long it waits for that (a new request starts with the draft in step)
+FOLLOW_UP = 4  # steps to the next recovery probe after one whose drafts were all accepted
 
 
 class FixedK:
@@ -47,7 +61,7 @@ class FixedK:
             raise ValueError("k must be >= 0")
         self.k = k
 
-    def next_k(self) -> int:
+    def next_k(self, lag: int = 0) -> int:
         return self.k
 
     def observe(self, outcome: StepOutcome) -> None:
@@ -85,7 +99,7 @@ class AdaptiveK:
         *,
         probe_every: int = 8,
         recover_every: int = 32,
-        decay: float = 0.97,
+        decay: float = 0.985,
         prior_alpha: float = 0.6,
     ) -> None:
         self.k_max = k_max
@@ -101,7 +115,12 @@ class AdaptiveK:
         self.step_time = [_Recent() for _ in range(k_max + 1)]
         self._seen_at = [0] * (k_max + 1)  # the step at which each K was last measured
         self.steps = 0
-        self._probe_up = True
+        self._speeds: list[float] | None = None
+        self._probes = 0
+        self._plain = False  # plain decoding chosen (not a probe)
+        self._recover_gap = recover_every
+        self._recover_at = 0
+        self._spec_since = 0
 
     # -- the model -------------------------------------------------------------------------
     def alpha(self) -> list[float]:
@@ -109,7 +128,7 @@ class AdaptiveK:
         are tried less often; the pooled rate is the best guess for them)."""
         tried = sum(self._tried)
         pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
-        m = 3.0
+        m = 8.0
         return [(a + m * pooled) / (t + m) for a, t in zip(self._accepted, self._tried)]
 
     def expected_tokens(self, k: int, alpha: list[float] | None = None) -> float:
@@ -122,62 +141,99 @@ class AdaptiveK:
 
     def step_cost(self) -> tuple[float, float]:
         """(fixed, per draft token) seconds of a speculative step, fitted to the measured
-        medians by least squares; with one measured K the fixed part is a plain step's time."""
+        medians by weighted least squares. A speculative step holds one target pass plus the
+        cost of switching between the two models, so its fixed part lies between one and
+        SWITCH_MAX plain steps; a free fit outside that range (a few neighbouring K and one
+        slow moment are enough for it) is pulled back to the bound and the slope refitted
+        through it, which keeps the extrapolation to far K, and to K = 0, sane."""
         pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.step_time) if k >= 1 and r.n]
         fresh = [p for p in pts if self.steps - self._seen_at[p[0]] <= STALE_STEPS]
-        pts = fresh or pts  # costs measured long ago may belong to another text or load
+        if len(fresh) >= 2:
+            pts = fresh  # costs measured long ago may belong to another text or load
         plain = self.step_time[0].value
-        if len(pts) == 1:
-            k, t, _ = pts[0]
-            return plain, max(0.0, (t - plain) / k)
         w = sum(n for _, _, n in pts)
         mk = sum(k * n for k, _, n in pts) / w
         mt = sum(t * n for _, t, n in pts) / w
         var = sum(n * (k - mk) ** 2 for k, _, n in pts)
-        slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
-        return mt - slope * mk, slope
+        if var > 0:
+            slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
+            fixed = mt - slope * mk
+            if plain <= fixed <= SWITCH_MAX * plain:
+                return fixed, slope
+        fixed = plain if var == 0 else min(max(mt - slope * mk, plain), SWITCH_MAX * plain)
+        # through (0, fixed): least squares of t - fixed = slope * k
+        slope = sum(n * k * (t - fixed) for k, t, n in pts) / sum(n * k * k for k, _, n in pts)
+        return fixed, max(0.0, slope)
 
-    def speed(self, k: int, alpha: list[float] | None = None) -> float:
-        if k == 0:
-            t = self.step_time[0].value
-        else:
+    def speeds(self) -> list[float]:
+        """Expected tokens per second for K = 0..k_max (kept until the next observation:
+        the decoder asks for it twice per step, and a plain step is short)."""
+        if self._speeds is None:
+            alpha = self.alpha()
             fixed, per_token = self.step_cost()
-            t = fixed + per_token * k
-        return self.expected_tokens(k, alpha) / t if t > 0 else 0.0
+            times = [self.step_time[0].value] + [fixed + per_token * k for k in range(1, self.k_max + 1)]
+            self._speeds = [self.expected_tokens(k, alpha) / t if t > 0 else 0.0 for k, t in enumerate(times)]
+        return self._speeds
+
+    def speed(self, k: int) -> float:
+        return self.speeds()[k]
 
     def best_k(self) -> int:
         if not self.step_time[0].n or not any(r.n for r in self.step_time[1:]):
             return -1  # not measured yet
-        alpha = self.alpha()
-        return max(range(self.k_max + 1), key=lambda k: self.speed(k, alpha))
+        speeds = self.speeds()
+        return max(range(self.k_max + 1), key=speeds.__getitem__)
 
     def estimated_speedup(self) -> float | None:
         best = self.best_k()
-        plain = self.speed(0)
-        return self.speed(best) / plain if best >= 0 and plain > 0 else None
+        plain = self.speed(0) if best >= 0 else 0.0
+        return self.speed(best) / plain if plain > 0 else None
 
     # -- the protocol ------------------------------------------------------------------------
-    def next_k(self) -> int:
+    def next_k(self, lag: int = 0) -> int:
+        """K for the next step. `lag`: tokens the draft would have to catch up first (it sat
+        out plain steps); a recovery probe waits for a moment when that is cheap."""
         self.steps += 1
         best = self.best_k()
+        if best > 0 and self._plain and self.speed(best) < LEAVE_PLAIN * self.speed(0):
+            best = 0  # leaving plain decoding costs a catch-up of the draft: only for a clear gain
         if self.steps <= len(WARMUP):
             # measure plain steps and two draft sizes (each twice: a new batch shape's first
             # call is slow) before trusting the model; cheap even if the pair is bad
-            k = WARMUP[self.steps - 1]
-        elif best <= 0:
-            # speculation does not pay now: probe a small K now and then to see if it recovers
-            k = (1 + (self.steps // self.recover_every) % 2) if self.steps % self.recover_every == 0 else 0
-        elif self.steps % self.probe_every == 0:
-            k = min(self.k_max, best + 1) if self._probe_up else max(1, best - 1)
-            self._probe_up = not self._probe_up
-        else:
-            k = best
-        return k
+            return WARMUP[self.steps - 1]
+        if best <= 0:
+            if not self._plain:
+                self._plain, self._recover_at = True, self.steps + self._recover_gap
+            due = self.steps >= self._recover_at
+            if not due or (lag > CHEAP_LAG and self.steps < self._recover_at + OVERDUE_MAX):
+                return 0
+            # speculation does not pay now: probe a small K to see if it recovers, less often
+            # each time it still does not pay; a probe whose drafts were all accepted is
+            # followed up soon (observe)
+            self._recover_gap = min(RECOVER_MAX, 2 * self._recover_gap)
+            self._recover_at = self.steps + self._recover_gap
+            self._probes += 1
+            return 1 + self._probes % 2
+        if self._plain:
+            self._plain, self._spec_since = False, self.steps
+        elif self.steps - self._spec_since >= self.recover_every:
+            self._recover_gap = self.recover_every  # speculation held: a later fall-back starts afresh
+        if self.steps % self.probe_every:
+            return best
+        # keep the neighbours' estimates fresh, and now and then the plain step's time (the
+        # yardstick for everything else: a stale or unlucky one misleads every decision)
+        self._probes += 1
+        return (min(self.k_max, best + 1), max(1, best - 1), min(self.k_max, best + 1), 0)[self._probes % 4]
 
     def observe(self, o: StepOutcome) -> None:
+        self._speeds = None
+        if o.k > 0 and self._plain and o.n_accepted == o.k:
+            self._recover_at = min(self._recover_at, self.steps + FOLLOW_UP)
+        # every step ages the evidence, plain ones too: what a recovery probe sees after a long
+        # plain stretch then outweighs what was seen before it
+        self._tried = [t * self.decay for t in self._tried]
+        self._accepted = [a * self.decay for a in self._accepted]
         if o.k > 0:
-            self._tried = [t * self.decay for t in self._tried]
-            self._accepted = [a * self.decay for a in self._accepted]
             for i in range(min(o.n_accepted + 1, o.k)):
                 self._tried[i] += 1.0
                 self._accepted[i] += i < o.n_accepted

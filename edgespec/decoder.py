@@ -51,7 +51,7 @@ class Model(Protocol):
 
 
 class Controller(Protocol):
-    def next_k(self) -> int: ...
+    def next_k(self, lag: int = 0) -> int: ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
@@ -192,7 +192,8 @@ class Decoder:
                 return
             k = 0
             if draft is not None:
-                k = max(0, min(controller.next_k(), room - 1, left - 1))
+                lag = len(committed) - 1 - len(draft.tokens)  # what the draft would catch up first
+                k = max(0, min(controller.next_k(lag), room - 1, left - 1))
             if k and len(draft.tokens) < len(committed) - 2:
                 # the draft sat out plain steps: catch it up outside the step the controller times
                 t_catch = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.controller import AdaptiveK, FixedK, StepOutcome
+from edgespec.controller import WARMUP, AdaptiveK, FixedK, StepOutcome
 
 
 class Machine:
@@ -102,3 +102,69 @@ def test_fixed_k_is_fixed() -> None:
     assert [FixedK(3).next_k() for _ in range(5)] == [3] * 5
     with pytest.raises(ValueError):
         FixedK(-1)
+
+
+def test_cost_fit_stays_sane_with_two_neighbouring_k_and_one_slow_moment() -> None:
+    # only K = 9 and 10 measured lately, and the K = 10 median caught a slow moment: a free line
+    # through them has a negative fixed part and makes K = 1..3 look nearly free
+    ctrl = AdaptiveK()
+    for _ in range(5):
+        ctrl.step_time[0].add(0.026)
+        ctrl.step_time[9].add(0.150)
+        ctrl.step_time[10].add(0.185)
+    ctrl._tried = [50.0] * 10
+    ctrl._accepted = [49.0] * 10
+    fixed, per_token = ctrl.step_cost()
+    assert 0.026 <= fixed <= 0.026 * 1.3 + 1e-9
+    assert ctrl.best_k() >= 6
+
+
+def test_a_stale_unlucky_plain_time_does_not_keep_it_speculating() -> None:
+    # acceptance 0.5 with a draft a third of the target's cost: plain decoding wins; one slow
+    # plain step during the warm-up must not make it speculate for the rest of the run
+    m = Machine(0.5, 0.012, 0.026, 0.144, seed=5)
+    ctrl = AdaptiveK()
+    ks = []
+    for i in range(400):
+        k = ctrl.next_k()
+        ks.append(k)
+        o = m.step(k)
+        if i == 1:  # the second warm-up plain step is twice as slow
+            o = StepOutcome(o.k, o.n_accepted, o.draft_s, 2 * o.verify_s, 2 * o.step_s)
+        ctrl.observe(o)
+    assert m.best() == 0
+    assert ks[-200:].count(0) >= 180
+
+
+def test_recovery_probes_back_off_while_plain_keeps_winning() -> None:
+    ctrl = AdaptiveK()
+    ks = drive(ctrl, Machine(0.1, 0.012, 0.022, 0.2, seed=6), 1000)
+    probes = [i for i, k in enumerate(ks) if k > 0 and i >= 7]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps and max(gaps) >= 128  # later probes far apart
+    assert ks[-500:].count(0) >= 495
+
+
+def test_recovery_probe_waits_for_a_cheap_catch_up() -> None:
+    ctrl = AdaptiveK()
+    m = Machine(0.1, 0.012, 0.022, 0.2, seed=7)
+    lag = 0
+    asked_with_lag = []
+    for i in range(1, 1000):
+        k = ctrl.next_k(lag)
+        if k:
+            asked_with_lag.append(lag)
+        # plain steps leave the draft behind; a probe catches it up, and so does the prefill
+        # of each new request (one every 100 steps here)
+        lag = 0 if k or i % 100 == 0 else lag + 1
+        ctrl.observe(m.step(k))
+    assert len(asked_with_lag) > 4  # the warm-up's four draft steps, then probes
+    assert all(x <= 16 for x in asked_with_lag[4:])  # none paid an expensive catch-up
+    # ... but a draft that never catches up cheaply (one long request) is still probed, later
+    waited = AdaptiveK()
+    ks = []
+    for _ in range(1500):
+        ks.append(waited.next_k(10_000))
+        waited.observe(m.step(ks[-1]))
+    late = [i for i, k in enumerate(ks) if k and i >= len(WARMUP)]
+    assert late and late[0] > 1000
