@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .errors import EdgespecError
+
 PROMPTS = {
     "code": "Write a Python function that parses a CSV file and returns the average of each numeric column.",
     "story": "Write a short story about a robot who learns to paint.",
@@ -41,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temps", default="0,0.8")
     p.add_argument("--prompts", default=",".join(PROMPTS))
     p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values")
+    p.add_argument(
+        "--quant-drafts", default=",".join(QUANT_DRAFTS), help="drafts for the acceptance table ('' to skip)"
+    )
     p.add_argument("--no-native", action="store_true", help="skip llama.cpp's own binaries")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true")
@@ -55,47 +60,46 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_edgespec(engine: Any, prompt: str, temp: float, k: int | None, spec: bool, n: int, repeats: int) -> dict:
-    runs = []
-    for r in range(repeats):
-        engine.reset()
-        res = engine.generate(prompt, temperature=temp, max_tokens=n, k=k, speculative=spec, seed=1234 + r)
-        runs.append(res.stats.as_dict())
-    return {"tokens_per_s": _median([x["tokens_per_s"] for x in runs]), "runs": runs}
+def _edgespec_once(engine: Any, prompt: str, temp: float, k: int | None, spec: bool, n: int, seed: int) -> dict:
+    engine.reset()
+    res = engine.generate(prompt, temperature=temp, max_tokens=n, k=k, speculative=spec, seed=seed)
+    return res.stats.as_dict()
 
 
-def run_native_spec(
-    native: Any, paths: tuple[Path, Path], text: str, temp: float, n_max: int, n: int, repeats: int, threads: int | None
-) -> dict:
-    runs = [
-        native.run_speculative_simple(
-            paths[0], paths[1], text, n_predict=n, temperature=temp, n_max=n_max, seed=1234 + r, threads=threads
-        )
-        for r in range(repeats)
-    ]
-    return {
-        "tokens_per_s": _median([x["tokens_per_s"] for x in runs]),
-        "acceptance": _median([x.get("acceptance", 0.0) for x in runs]),
-        "runs": runs,
-    }
+def _summary(runs: list[dict]) -> dict:
+    out = {"tokens_per_s": _median([x["tokens_per_s"] for x in runs]), "runs": runs}
+    if runs and "acceptance" in runs[0]:
+        out["acceptance"] = _median([x.get("acceptance", 0.0) for x in runs])
+    return out
 
 
 def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path], native: Any) -> list[dict]:
-    ks = [int(k) for k in args.ks.split(",") if k != ""]
+    """Every column of a cell once per round, the rounds one after another: a slow minute on
+    a shared machine then touches one run of many columns, not all runs of one column."""
+    ks = [int(k) for k in _names(args.ks)]
+    n_maxes = [int(x) for x in _names(args.n_max)] if native is not None else []
     cells = []
-    for name in args.prompts.split(","):
+    for name in _names(args.prompts):
         prompt = PROMPTS[name]
         text = engine.chat_text([{"role": "user", "content": prompt}])
-        for temp in (float(t) for t in args.temps.split(",")):
+        for temp in (float(t) for t in _names(args.temps)):
+            runs: dict[tuple[str, str], list[dict]] = {}
+            for r in range(args.repeats):
+                seed = 1234 + r
+                for k in ks:
+                    one = _edgespec_once(engine, prompt, temp, k, k > 0, args.tokens, seed)
+                    runs.setdefault(("edgespec", str(k)), []).append(one)
+                one = _edgespec_once(engine, prompt, temp, None, True, args.tokens, seed)
+                runs.setdefault(("edgespec", "adaptive"), []).append(one)
+                for n_max in n_maxes:
+                    one = native.run_speculative_simple(
+                        paths[0], paths[1], text, n_predict=args.tokens, temperature=temp, n_max=n_max,
+                        seed=seed, threads=args.threads,
+                    )  # fmt: skip
+                    runs.setdefault(("native_spec", str(n_max)), []).append(one)
             cell: dict[str, Any] = {"prompt": name, "temperature": temp, "edgespec": {}, "native_spec": {}}
-            for k in ks:
-                cell["edgespec"][str(k)] = run_edgespec(engine, prompt, temp, k, k > 0, args.tokens, args.repeats)
-            cell["edgespec"]["adaptive"] = run_edgespec(engine, prompt, temp, None, True, args.tokens, args.repeats)
-            if native is not None:
-                for n_max in (int(x) for x in args.n_max.split(",")):
-                    cell["native_spec"][str(n_max)] = run_native_spec(
-                        native, paths, text, temp, n_max, args.tokens, args.repeats, args.threads
-                    )
+            for (kind, key), xs in runs.items():
+                cell[kind][key] = _summary(xs)
             _log(
                 f"  {name} T={temp}: " + ", ".join(f"{k}={v['tokens_per_s']:.1f}" for k, v in cell["edgespec"].items())
             )
@@ -110,9 +114,7 @@ def quant_table(args: argparse.Namespace, cfg: Any) -> list[dict]:
 
     target = prepare(cfg, cfg.pair(args.pair).target)
     rows = []
-    for name in QUANT_DRAFTS:
-        if name not in cfg.models:
-            continue
+    for name in _names(args.quant_drafts):
         draft = prepare(cfg, name)
         with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as eng:
             row: dict[str, Any] = {"draft": name, "warnings": list(eng.warnings)}
@@ -131,10 +133,12 @@ def bad_pair(args: argparse.Namespace) -> dict | None:
 
     out: dict[str, Any] = {"pair": args.bad_pair, "temperature": 1.0, "prompts": {}}
     with Engine.from_pair(args.bad_pair, args.config) as eng:
-        for name in args.prompts.split(","):
-            plain = run_edgespec(eng, PROMPTS[name], 1.0, 0, False, args.tokens, args.repeats)
-            adaptive = run_edgespec(eng, PROMPTS[name], 1.0, None, True, args.tokens, args.repeats)
-            fixed = run_edgespec(eng, PROMPTS[name], 1.0, 4, True, args.tokens, args.repeats)
+        for name in _names(args.prompts):
+            runs: dict[str, list[dict]] = {"plain": [], "adaptive": [], "k4": []}
+            for r in range(args.repeats):  # interleaved, as in bench_cells
+                for key, k in (("plain", 0), ("adaptive", None), ("k4", 4)):
+                    runs[key].append(_edgespec_once(eng, PROMPTS[name], 1.0, k, k != 0, args.tokens, 1234 + r))
+            plain, adaptive, fixed = (_summary(runs[key]) for key in ("plain", "adaptive", "k4"))
             out["prompts"][name] = {"plain": plain, "adaptive": adaptive, "k4": fixed}
             _log(
                 f"  bad pair {name}: plain {plain['tokens_per_s']:.1f}, adaptive {adaptive['tokens_per_s']:.1f}, "
@@ -142,6 +146,31 @@ def bad_pair(args: argparse.Namespace) -> dict | None:
             )
         out["warnings"] = list(eng.warnings)
     return out
+
+
+def _names(csv: str) -> list[str]:
+    return [x for x in csv.split(",") if x]
+
+
+def _check_args(args: argparse.Namespace, cfg: Any) -> None:
+    """Refuse a bad option before half an hour of runs, not after."""
+    for name in _names(args.prompts):
+        if name not in PROMPTS:
+            raise EdgespecError(f"no bench prompt named {name!r} (--prompts); known: {', '.join(PROMPTS)}")
+    for name in _names(args.quant_drafts):
+        if name not in cfg.models:
+            raise EdgespecError(f"no model named {name!r} in {cfg.source} (--quant-drafts)")
+    if args.bad_pair:
+        cfg.pair(args.bad_pair)
+    for option, csv, kind in (("--ks", args.ks, int), ("--temps", args.temps, float), ("--n-max", args.n_max, int)):
+        try:
+            values = [kind(x) for x in _names(csv)]
+        except ValueError:
+            raise EdgespecError(f"{option} takes comma-separated numbers, not {csv!r}") from None
+        if any(v < 0 for v in values):
+            raise EdgespecError(f"{option} values must be >= 0")
+    if args.tokens < 1 or args.repeats < 1:
+        raise EdgespecError("--tokens and --repeats must be at least 1")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -154,6 +183,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     _logging(args.verbose)
     cfg = load_config(args.config)
+    _check_args(args, cfg)
     target, draft = prepare_pair(cfg, args.pair)
     assert draft is not None, "the bench needs a pair with a draft"
     out = Path(args.out)

@@ -1,0 +1,65 @@
+"""`edgespec bench` end to end on the demo pair, tiny: every column gets one run per round,
+and the report files are written from them (llama.cpp's own binaries are skipped here;
+tests/test_native.py runs those when they are built)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgespec.cli import main
+from tests.conftest import demo_paths
+
+pytestmark = pytest.mark.real
+
+
+def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if demo_paths() is None:
+        pytest.skip("demo pair not prepared")
+    out = tmp_path / "bench"
+    args = ["bench", "--no-native", "--out", str(out), "--tokens", "12", "--repeats", "2", "--ks", "0,2"]
+    args += ["--temps", "0,0.8", "--prompts", "code", "--bad-pair", "", "--quant-drafts", ""]
+    assert main(args) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert [(c["prompt"], c["temperature"]) for c in result["cells"]] == [("code", 0.0), ("code", 0.8)]
+    for cell in result["cells"]:
+        assert sorted(cell["edgespec"]) == ["0", "2", "adaptive"]
+        for column in cell["edgespec"].values():
+            assert len(column["runs"]) == 2
+            speeds = sorted(r["tokens_per_s"] for r in column["runs"])
+            assert column["tokens_per_s"] == pytest.approx(sum(speeds) / 2)  # the median of two
+            assert all(r["n_generated"] > 0 for r in column["runs"])
+        assert cell["edgespec"]["0"]["runs"][0]["n_drafted"] == 0
+        assert cell["edgespec"]["2"]["runs"][0]["n_drafted"] > 0
+    md = (out / "bench.md").read_text()
+    assert "| code | 0.0 |" in md and "adaptive" in md
+    assert (out / "bench.png").stat().st_size > 1000
+    assert "edgespec bench" in capsys.readouterr().out
+
+
+def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if demo_paths() is None:
+        pytest.skip("demo pair not prepared")
+    args = ["bench", "--no-native", "--out", str(tmp_path), "--tokens", "4", "--repeats", "1", "--ks", "0"]
+    args += ["--temps", "0", "--prompts", "code", "--bad-pair", "", "--quant-drafts", "no-such-model"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-model" in err[0]
+
+
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("--prompts", "poem", "poem"),
+        ("--ks", "1,x", "--ks"),
+        ("--temps", "-1", "--temps"),
+        ("--bad-pair", "nope", "nope"),
+        ("--tokens", "0", "--tokens"),
+    ],
+)
+def test_bench_refuses_bad_options_before_running(option: str, value: str, words: str, capsys) -> None:  # noqa: ANN001
+    assert main(["bench", "--no-native", "--out", "/nonexistent/never", option, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
