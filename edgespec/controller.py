@@ -15,8 +15,9 @@ Measured on real machines the step time is close to linear in K, with a fixed
 part larger than one plain step (switching between two models' weights costs
 cache), so the controller fits T(K) = fixed + K * per_token to the medians of
 recent whole-step times for each K it tried, with the fixed part held between
-one and SWITCH_MAX plain steps, and measures T(0) separately; alpha_i are
-decayed counts, so the estimates follow the text as it changes.
+one and SWITCH_MAX plain steps, and measures T(0) separately (`StepTimes`, one
+per engine: a new temperature starts with the machine's costs known); alpha_i
+are decayed counts, so the estimates follow the text as it changes.
 
 Exploration: every `probe_every` steps it tries a neighbour of its best K, and
 every fourth of those a plain step, so T(0), the yardstick for every decision,
@@ -46,7 +47,9 @@ class StepOutcome:
 
 
 WARMUP = (0, 0, 2, 2, 5, 5, 0)
+WARMUP_ACCEPTANCE = (4, 4)
 STALE_STEPS = 64
+OUTLIER = 0.25  # a step-time median this far off the fitted line is left out of the refit
 SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding
 RECOVER_MAX = 256  # longest wait between recovery probes while plain decoding wins
@@ -92,6 +95,67 @@ class _Recent:
         return statistics.median(self.samples) if self.samples else 0.0
 
 
+class StepTimes:
+    """Whole-step times per K (draft + verify + Python) measured on this machine, with the
+    fitted cost line. One per engine, shared by its controllers: what a step costs does not
+    depend on the temperature, only acceptance does, so a new temperature starts knowing it."""
+
+    def __init__(self, k_max: int = 10) -> None:
+        self.k_max = k_max
+        self.by_k = [_Recent() for _ in range(k_max + 1)]
+        self.seen_at = [0] * (k_max + 1)  # the observation at which each K was last measured
+        self.clock = 0
+
+    def add(self, k: int, seconds: float) -> None:
+        self.clock += 1
+        if k <= self.k_max:
+            self.by_k[k].add(seconds)
+            self.seen_at[k] = self.clock
+
+    def measured(self) -> bool:
+        return bool(self.by_k[0].n) and any(r.n for r in self.by_k[1:])
+
+    @property
+    def plain(self) -> float:
+        return self.by_k[0].value
+
+    def fit(self) -> tuple[float, float]:
+        """(fixed, per draft token) seconds of a speculative step, fitted to the measured
+        medians by weighted least squares, then once more without the medians that lie
+        more than OUTLIER off the line (a K measured once, in a slow moment, would
+        otherwise bend it for as long as that K is not tried again)."""
+        pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.by_k) if k >= 1 and r.n]
+        fresh = [p for p in pts if self.clock - self.seen_at[p[0]] <= STALE_STEPS]
+        if len(fresh) >= 2:
+            pts = fresh  # costs measured long ago may belong to another text or load
+        fixed, slope = _line(pts, self.plain)
+        kept = [(k, t, n) for k, t, n in pts if abs(t - fixed - slope * k) <= OUTLIER * t]
+        if len(kept) >= 2 and len(kept) < len(pts):
+            fixed, slope = _line(kept, self.plain)
+        return fixed, slope
+
+
+def _line(pts: list[tuple[int, float, int]], plain: float) -> tuple[float, float]:
+    """Weighted least squares of (K, seconds, weight) points. A speculative step holds one
+    target pass plus the cost of switching between the two models, so the fixed part lies
+    between one and SWITCH_MAX plain steps; a free fit outside that range (a few neighbouring
+    K and one slow moment are enough for it) is pulled back to the bound and the slope
+    refitted through it, which keeps the extrapolation to far K, and to K = 0, sane."""
+    w = sum(n for _, _, n in pts)
+    mk = sum(k * n for k, _, n in pts) / w
+    mt = sum(t * n for _, t, n in pts) / w
+    var = sum(n * (k - mk) ** 2 for k, _, n in pts)
+    if var > 0:
+        slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
+        fixed = mt - slope * mk
+        if plain <= fixed <= SWITCH_MAX * plain:
+            return fixed, slope
+    fixed = plain if var == 0 else min(max(mt - slope * mk, plain), SWITCH_MAX * plain)
+    # through (0, fixed): least squares of t - fixed = slope * k
+    slope = sum(n * k * (t - fixed) for k, t, n in pts) / sum(n * k * k for k, _, n in pts)
+    return fixed, max(0.0, slope)
+
+
 class AdaptiveK:
     def __init__(
         self,
@@ -101,6 +165,7 @@ class AdaptiveK:
         recover_every: int = 32,
         decay: float = 0.985,
         prior_alpha: float = 0.6,
+        times: StepTimes | None = None,
     ) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
@@ -110,12 +175,15 @@ class AdaptiveK:
         # decayed counts of draft tokens tried / accepted at each position
         self._tried = [0.0] * k_max
         self._accepted = [0.0] * k_max
-        # whole-step time for each K (draft + verify + Python): a step has a fixed part (one
-        # target pass, switching between the two models) and a part that grows with K
-        self.step_time = [_Recent() for _ in range(k_max + 1)]
-        self._seen_at = [0] * (k_max + 1)  # the step at which each K was last measured
+        self.times = times if times is not None else StepTimes(k_max)
+        if self.times.k_max != k_max:
+            raise ValueError("the shared step times were made for another k_max")
+        # with the costs already known (another temperature measured them) only acceptance
+        # is new: two draft steps measure it
+        self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
         self.steps = 0
         self._speeds: list[float] | None = None
+        self._speeds_at = -1  # times.clock when _speeds was computed
         self._probes = 0
         self._plain = False  # plain decoding chosen (not a probe)
         self._recover_gap = recover_every
@@ -139,36 +207,18 @@ class AdaptiveK:
             e += run
         return e
 
+    @property
+    def step_time(self) -> list[_Recent]:
+        return self.times.by_k
+
     def step_cost(self) -> tuple[float, float]:
-        """(fixed, per draft token) seconds of a speculative step, fitted to the measured
-        medians by weighted least squares. A speculative step holds one target pass plus the
-        cost of switching between the two models, so its fixed part lies between one and
-        SWITCH_MAX plain steps; a free fit outside that range (a few neighbouring K and one
-        slow moment are enough for it) is pulled back to the bound and the slope refitted
-        through it, which keeps the extrapolation to far K, and to K = 0, sane."""
-        pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.step_time) if k >= 1 and r.n]
-        fresh = [p for p in pts if self.steps - self._seen_at[p[0]] <= STALE_STEPS]
-        if len(fresh) >= 2:
-            pts = fresh  # costs measured long ago may belong to another text or load
-        plain = self.step_time[0].value
-        w = sum(n for _, _, n in pts)
-        mk = sum(k * n for k, _, n in pts) / w
-        mt = sum(t * n for _, t, n in pts) / w
-        var = sum(n * (k - mk) ** 2 for k, _, n in pts)
-        if var > 0:
-            slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
-            fixed = mt - slope * mk
-            if plain <= fixed <= SWITCH_MAX * plain:
-                return fixed, slope
-        fixed = plain if var == 0 else min(max(mt - slope * mk, plain), SWITCH_MAX * plain)
-        # through (0, fixed): least squares of t - fixed = slope * k
-        slope = sum(n * k * (t - fixed) for k, t, n in pts) / sum(n * k * k for k, _, n in pts)
-        return fixed, max(0.0, slope)
+        return self.times.fit()
 
     def speeds(self) -> list[float]:
-        """Expected tokens per second for K = 0..k_max (kept until the next observation:
-        the decoder asks for it twice per step, and a plain step is short)."""
-        if self._speeds is None:
+        """Expected tokens per second for K = 0..k_max (kept until the next observation, this
+        controller's or another's on the shared times: the decoder asks twice per step)."""
+        if self._speeds is None or self._speeds_at != self.times.clock:
+            self._speeds_at = self.times.clock
             alpha = self.alpha()
             fixed, per_token = self.step_cost()
             times = [self.step_time[0].value] + [fixed + per_token * k for k in range(1, self.k_max + 1)]
@@ -197,10 +247,10 @@ class AdaptiveK:
         best = self.best_k()
         if best > 0 and self._plain and self.speed(best) < LEAVE_PLAIN * self.speed(0):
             best = 0  # leaving plain decoding costs a catch-up of the draft: only for a clear gain
-        if self.steps <= len(WARMUP):
+        if self.steps <= len(self._warmup):
             # measure plain steps and two draft sizes (each twice: a new batch shape's first
             # call is slow) before trusting the model; cheap even if the pair is bad
-            return WARMUP[self.steps - 1]
+            return self._warmup[self.steps - 1]
         if best <= 0:
             if not self._plain:
                 self._plain, self._recover_at = True, self.steps + self._recover_gap
@@ -237,6 +287,4 @@ class AdaptiveK:
             for i in range(min(o.n_accepted + 1, o.k)):
                 self._tried[i] += 1.0
                 self._accepted[i] += i < o.n_accepted
-        if o.k <= self.k_max:
-            self.step_time[o.k].add(o.step_s)
-            self._seen_at[o.k] = self.steps
+        self.times.add(o.k, o.step_s)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import chat
-from .controller import AdaptiveK, FixedK
+from .controller import AdaptiveK, FixedK, StepTimes
 from .decoder import Decoder, Model
 from .detok import TextAssembler
 from .errors import BusyError, EdgespecError
@@ -81,8 +81,10 @@ class Engine:
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._closed = False
-        # one adaptive controller per temperature: what it measured (costs, acceptance) carries
-        # over to the next request instead of being learned again every time
+        # what the adaptive controller measured carries over to the next request instead of
+        # being learned again every time: step costs are the machine's (one table for all),
+        # acceptance depends on the temperature (one controller each)
+        self._step_times = StepTimes()
         self._adaptive: dict[float, AdaptiveK] = {}
         template = target.chat_template()
         if template is None:
@@ -272,7 +274,10 @@ class Engine:
         k = k if k is not None else self.default_k
         if k is not None:
             return FixedK(k)
-        return self._adaptive.setdefault(round(temperature, 2), AdaptiveK())
+        key = round(temperature, 2)
+        if key not in self._adaptive:
+            self._adaptive[key] = AdaptiveK(times=self._step_times)
+        return self._adaptive[key]
 
     @contextlib.contextmanager
     def _hold(self) -> Iterator[None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.controller import WARMUP, AdaptiveK, FixedK, StepOutcome
+from edgespec.controller import WARMUP, AdaptiveK, FixedK, StepOutcome, StepTimes
 
 
 class Machine:
@@ -168,3 +168,16 @@ def test_recovery_probe_waits_for_a_cheap_catch_up() -> None:
         waited.observe(m.step(ks[-1]))
     late = [i for i, k in enumerate(ks) if k and i >= len(WARMUP)]
     assert late and late[0] > 1000
+
+
+def test_a_new_temperature_starts_with_the_machine_costs_already_measured() -> None:
+    times = StepTimes()
+    m = Machine(0.95, 0.004, 0.022, 0.05, seed=8)
+    first = AdaptiveK(times=times)
+    drive(first, m, 200)
+    second = AdaptiveK(times=times)  # another temperature: same machine, acceptance unknown
+    ks = drive(second, m, 10)
+    assert 0 not in ks[:3]  # no plain warm-up steps: T(0) is known
+    assert near_best(m, second.best_k())
+    with pytest.raises(ValueError):
+        AdaptiveK(k_max=6, times=times)
