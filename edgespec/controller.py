@@ -32,6 +32,7 @@ Pure: no model, no clock, no I/O.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class StepOutcome:
     draft_s: float
     verify_s: float
     step_s: float
+    sure: tuple[float, ...] = ()  # the draft's confidence in each drafted token (see Decoder._draft)
 
 
 WARMUP = (0, 0, 2, 2, 5, 5, 0)
@@ -52,10 +54,13 @@ STALE_STEPS = 64
 OUTLIER = 0.25  # a step-time median this far off the fitted line is left out of the refit
 SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding
+LEAVE_PLAIN_LAGGING = 1.15  # ... when the draft first has to catch up more than CHEAP_LAG tokens
+PLAIN_DECAY = 0.998  # how fast acceptance evidence ages over plain steps (drafting steps: `decay`)
 RECOVER_MAX = 256  # longest wait between recovery probes while plain decoding wins
 CHEAP_LAG = 16  # draft tokens to catch up that a recovery probe may pay without waiting
 OVERDUE_MAX = 1024  # ... and how long it waits for that (a new request starts with the draft in step)
 FOLLOW_UP = 4  # steps to the next recovery probe after one whose drafts were all accepted
+SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a drafted token
 
 
 class FixedK:
@@ -66,6 +71,11 @@ class FixedK:
 
     def next_k(self, lag: int = 0) -> int:
         return self.k
+
+    wants_sure = False  # a fixed K drafts exactly K tokens
+
+    def stop_after(self, sure: float) -> bool:
+        return False
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
@@ -157,6 +167,8 @@ def _line(pts: list[tuple[int, float, int]], plain: float) -> tuple[float, float
 
 
 class AdaptiveK:
+    wants_sure = True
+
     def __init__(
         self,
         k_max: int = 10,
@@ -175,6 +187,10 @@ class AdaptiveK:
         # decayed counts of draft tokens tried / accepted at each position
         self._tried = [0.0] * k_max
         self._accepted = [0.0] * k_max
+        # ... and per bucket of the draft's confidence in the token (SURE_EDGES)
+        self._sure_tried = [0.0] * (len(SURE_EDGES) + 1)
+        self._sure_accepted = [0.0] * (len(SURE_EDGES) + 1)
+        self.stop_below = 0.0  # drafting stops after a token the draft is less sure of than this
         self.times = times if times is not None else StepTimes(k_max)
         if self.times.k_max != k_max:
             raise ValueError("the shared step times were made for another k_max")
@@ -198,6 +214,34 @@ class AdaptiveK:
         pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
         m = 8.0
         return [(a + m * pooled) / (t + m) for a, t in zip(self._accepted, self._tried)]
+
+    def sure_acceptance(self) -> list[float]:
+        """Acceptance of a drafted token per bucket of the draft's confidence in it, each
+        shrunk towards the pooled rate."""
+        tried = sum(self._tried)
+        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
+        m = 8.0
+        return [(a + m * pooled) / (t + m) for a, t in zip(self._sure_accepted, self._sure_tried)]
+
+    def stop_threshold(self, best: int) -> float:
+        """The confidence below which drafting should stop after a token. One more draft
+        token costs `per_token` seconds and pays only if this token and the next are both
+        accepted, each accepted token being worth 1/speed seconds; a confidence bucket
+        where that expectation falls short stops the draft (its token is still verified:
+        the rule looks at the draft's side only, so it does not change the output)."""
+        if best < 0:
+            return 0.0
+        tried = sum(self._tried)
+        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
+        need = self.step_cost()[1] * self.speed(best)
+        edge = 0.0
+        for upper, a in zip((*SURE_EDGES, 1.0), self.sure_acceptance()):
+            if a * pooled < need:
+                edge = upper
+        return edge
+
+    def stop_after(self, sure: float) -> bool:
+        return sure < self.stop_below
 
     def expected_tokens(self, k: int, alpha: list[float] | None = None) -> float:
         alpha = alpha if alpha is not None else self.alpha()
@@ -245,8 +289,14 @@ class AdaptiveK:
         out plain steps); a recovery probe waits for a moment when that is cheap."""
         self.steps += 1
         best = self.best_k()
-        if best > 0 and self._plain and self.speed(best) < LEAVE_PLAIN * self.speed(0):
-            best = 0  # leaving plain decoding costs a catch-up of the draft: only for a clear gain
+        self.stop_below = self.stop_threshold(best) if self.steps > len(self._warmup) else 0.0
+        if best > 0 and self._plain:
+            # leaving plain decoding first feeds the draft every token it missed: only for a
+            # clear gain, and with a long catch-up only for a large one (else at the next
+            # request, which starts with the draft in step)
+            gain = self.speed(best) / self.speed(0)
+            if gain < LEAVE_PLAIN or (lag > CHEAP_LAG and gain < LEAVE_PLAIN_LAGGING):
+                best = 0
         if self.steps <= len(self._warmup):
             # measure plain steps and two draft sizes (each twice: a new batch shape's first
             # call is slow) before trusting the model; cheap even if the pair is bad
@@ -279,10 +329,17 @@ class AdaptiveK:
         self._speeds = None
         if o.k > 0 and self._plain and o.n_accepted == o.k:
             self._recover_at = min(self._recover_at, self.steps + FOLLOW_UP)
-        # every step ages the evidence, plain ones too: what a recovery probe sees after a long
-        # plain stretch then outweighs what was seen before it
-        self._tried = [t * self.decay for t in self._tried]
-        self._accepted = [a * self.decay for a in self._accepted]
+        # every step ages the evidence, plain ones slowly: after a long plain stretch what the
+        # recovery probes see outweighs what came before, yet no single probe decides alone
+        d = self.decay if o.k > 0 else PLAIN_DECAY
+        self._tried = [t * d for t in self._tried]
+        self._accepted = [a * d for a in self._accepted]
+        self._sure_tried = [t * d for t in self._sure_tried]
+        self._sure_accepted = [a * d for a in self._sure_accepted]
+        for i, sure in enumerate(o.sure[: o.n_accepted + 1]):  # tokens after a rejection are not verified
+            b = bisect.bisect_right(SURE_EDGES, sure)
+            self._sure_tried[b] += 1.0
+            self._sure_accepted[b] += i < o.n_accepted
         if o.k > 0:
             for i in range(min(o.n_accepted + 1, o.k)):
                 self._tried[i] += 1.0

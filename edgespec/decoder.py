@@ -51,7 +51,11 @@ class Model(Protocol):
 
 
 class Controller(Protocol):
+    wants_sure: bool  # whether to measure the draft's confidence in each drafted token
+
     def next_k(self, lag: int = 0) -> int: ...
+
+    def stop_after(self, sure: float) -> bool: ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
@@ -200,7 +204,7 @@ class Decoder:
                 draft.sync(committed[:-1])
                 stats.draft_s += time.perf_counter() - t_catch
             t_step = time.perf_counter()
-            drafts, qs = self._draft(draft, k, params, rng, p_min) if k else ([], [])
+            drafts, qs, sure = self._draft(draft, k, params, rng, p_min, controller) if k else ([], [], [])
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
@@ -219,7 +223,7 @@ class Decoder:
             if draft is not None:
                 draft.cut(min(common_prefix(draft.tokens, committed), len(committed) - 1))
             t_end = time.perf_counter()
-            outcome = StepOutcome(len(drafts), a, t_verify - t_step, t_sample - t_verify, t_end - t_step)
+            outcome = StepOutcome(len(drafts), a, t_verify - t_step, t_sample - t_verify, t_end - t_step, tuple(sure))
             controller.observe(outcome)
             self._account(stats, controller, outcome, len(emit), time.perf_counter() - t_top)
             from_draft = [True] * min(a, len(emit)) + [False] * (len(emit) - min(a, len(emit)))
@@ -227,23 +231,33 @@ class Decoder:
             if finish is not None:
                 return
 
-    def _draft(self, draft: Cache, k: int, params, rng, p_min: float):  # noqa: ANN001
+    def _draft(self, draft: Cache, k: int, params, rng, p_min: float, controller: Controller):  # noqa: ANN001
+        """Up to k draft tokens. Drafting stops early, before sampling, when the draft's row
+        is less sure than p_min (a pair option), or after a token the controller judges too
+        unsure to build on. Both look only at the draft's side, never at the target, so the
+        output stays the target's: the verify rule only needs each x_i to be a sample of q_i."""
         feed = self.committed[len(draft.tokens) :]
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
         row = draft.extend(feed, logits_from=len(feed) - 1)[-1][: self.n_vocab]
         drafts: list[int] = []
         qs: list[Dist] = []
+        sures: list[float] = []
         for i in range(k):
             q = to_dist(row, params)
             if p_min > 0.0 and i > 0 and confidence(row, q, params) < p_min:
-                break  # the draft is unsure: stop before sampling (lossless: depends on q only)
+                break
             x = q.sample(rng)
             drafts.append(x)
             qs.append(q)
+            if controller.wants_sure:
+                # greedy: the untempered top probability; sampled: q(x) of the token drawn
+                sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
+                if controller.stop_after(sures[-1]):
+                    break
             if i + 1 < k:
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
-        return drafts, qs
+        return drafts, qs, sures
 
     def _account(self, stats: Stats, controller: Controller, o: StepOutcome, n_emit: int, busy_s: float) -> None:
         stats.steps += 1

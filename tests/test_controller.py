@@ -181,3 +181,38 @@ def test_a_new_temperature_starts_with_the_machine_costs_already_measured() -> N
     assert near_best(m, second.best_k())
     with pytest.raises(ValueError):
         AdaptiveK(k_max=6, times=times)
+
+
+def _feed_sure(ctrl: AdaptiveK, accept_by_sure: dict[float, float], steps: int, seed: int = 0) -> None:
+    """Steps whose tokens have the given confidences and acceptance rates, on a machine where
+    one draft token costs half a plain step."""
+    rng = np.random.default_rng(seed)
+    levels = list(accept_by_sure)
+    for _ in range(steps):
+        k = ctrl.next_k()
+        sure = tuple(float(rng.choice(levels)) for _ in range(k))
+        a = 0
+        while a < k and rng.random() < accept_by_sure[sure[a]]:
+            a += 1
+        t = 0.026 + 0.013 * k
+        ctrl.observe(StepOutcome(k, a, 0.013 * k, 0.026, t, sure))
+
+
+def test_learns_to_stop_drafting_after_unsure_tokens() -> None:
+    ctrl = AdaptiveK()
+    _feed_sure(ctrl, {0.05: 0.2, 0.95: 0.99}, 300)
+    acc = ctrl.sure_acceptance()
+    assert acc[0] < 0.4 and acc[-1] > 0.9
+    assert 0.1 <= ctrl.stop_threshold(ctrl.best_k()) <= 0.9  # stops after the unsure, not the sure
+    assert ctrl.stop_after(0.05) and not ctrl.stop_after(0.95)
+
+
+def test_never_stops_drafting_when_every_token_is_likely_accepted() -> None:
+    ctrl = AdaptiveK()
+    _feed_sure(ctrl, {0.05: 0.97, 0.5: 0.98, 0.95: 0.99}, 300)
+    assert ctrl.stop_threshold(ctrl.best_k()) == 0.0
+    assert not ctrl.stop_after(0.05)
+
+
+def test_fixed_k_never_stops_early() -> None:
+    assert not FixedK(4).stop_after(0.0) and not FixedK(4).wants_sure

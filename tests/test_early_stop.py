@@ -1,0 +1,112 @@
+"""Drafting that stops early on the draft's own confidence keeps the output the target's.
+
+The rule stops *after* a drafted token (it is still verified) and looks only at the draft's
+side, so each x_i stays a sample of q_i: greedy output equals plain greedy decoding, and
+sampled output follows the target's law (a chi-square test, with a negative control that
+drops unsure tokens instead, which must fail)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as sps
+
+import edgespec.decoder as decoder_mod
+from edgespec.controller import FixedK
+from edgespec.decoder import Decoder
+from edgespec.sampling import Dist, SamplingParams, to_dist
+from tests.fakes import FakeModel
+
+PROMPT = [1, 5, 7]  # ids below every vocabulary used here
+FULL = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+class StopWhenUnsure(FixedK):
+    wants_sure = True
+
+    def __init__(self, k: int, below: float) -> None:
+        super().__init__(k)
+        self.below = below
+        self.drafted: list[int] = []
+
+    def stop_after(self, sure: float) -> bool:
+        return sure < self.below
+
+    def observe(self, outcome) -> None:  # noqa: ANN001
+        self.drafted.append(outcome.k)
+
+
+def test_greedy_output_is_unchanged_and_drafting_does_stop() -> None:
+    plain = [t for s in Decoder(FakeModel()).run(PROMPT, SamplingParams(0.0), FixedK(0), max_tokens=60,
+                                                 rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
+    ctrl = StopWhenUnsure(6, below=0.9)
+    dec = Decoder(FakeModel(), FakeModel(noise=1.0))
+    spec = [t for s in dec.run(PROMPT, SamplingParams(0.0), ctrl, max_tokens=60, rng=np.random.default_rng(0))
+            for t in s.tokens]  # fmt: skip
+    assert spec == plain
+    drafted = [k for k in ctrl.drafted if k]
+    assert min(drafted) < 6 and max(drafted) > 1  # some steps stopped early, some ran on
+
+
+def _target_joint(target: FakeModel, n_vocab: int) -> np.ndarray:
+    """The exact law of the first two tokens sampled from the target alone."""
+
+    def dist(ctx: list[int]) -> np.ndarray:
+        return to_dist(target._row(ctx).copy(), FULL).dense(n_vocab)
+
+    p1 = dist(PROMPT)
+    joint = np.zeros((n_vocab, n_vocab))
+    for t1 in np.flatnonzero(p1):
+        joint[t1] = p1[t1] * dist([*PROMPT, int(t1)])
+    return joint
+
+
+def _sample_pairs(n: int, n_vocab: int, seed: int) -> np.ndarray:
+    counts = np.zeros((n_vocab, n_vocab))
+    dec = Decoder(FakeModel(n_vocab, eos_bias=-50.0), FakeModel(n_vocab, noise=2.0, eos_bias=-50.0))
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        out = [t for s in dec.run(PROMPT, FULL, StopWhenUnsure(3, below=0.3), max_tokens=3, rng=rng) for t in s.tokens]
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
+    expected = joint * counts.sum()
+    assert counts[expected == 0].sum() == 0, "emitted a pair the target gives probability 0"
+    big = expected >= 5  # pool the sparse cells into one
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    return float(sps.chisquare(obs, exp).pvalue)
+
+
+N_VOCAB, N = 8, 4000
+
+
+def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
+    joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)
+    assert _pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) > 1e-3
+
+
+def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    def biased_draft(self, draft, k, params, rng, p_min, controller):  # noqa: ANN001, ANN202
+        # WRONG on purpose: leaves out a token the draft is unsure of, so the tokens it
+        # proposes are no longer samples of q
+        feed = self.committed[len(draft.tokens) :]
+        row = draft.extend(feed, logits_from=len(feed) - 1)[-1][: self.n_vocab]
+        drafts: list[int] = []
+        qs: list[Dist] = []
+        for i in range(k):
+            q = to_dist(row, params)
+            x = q.sample(rng)
+            if q.prob(x) < controller.below:
+                break
+            drafts.append(x)
+            qs.append(q)
+            if i + 1 < k:
+                row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
+        return drafts, qs, []
+
+    monkeypatch.setattr(decoder_mod.Decoder, "_draft", biased_draft)
+    joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)
+    assert _pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) < 1e-6, "the test cannot tell a biased rule apart"
