@@ -264,11 +264,14 @@ class Engine:
         verdict = live_quantization_verdict(self._quant, self._drafted, self._accepted)
         if verdict is None or verdict == self._live:
             return
-        # the measured verdict replaces the static guess (and any earlier verdict)
+        # the measured verdict replaces the static guess (and any earlier verdict); the log
+        # hears of it when it first appears or turns, not each time its figures move
+        turned = self._live is None or verdict.startswith("confirmed") != self._live.startswith("confirmed")
         self.warnings = [w for w in self.warnings if w not in self._quant.warnings and w != self._live]
         self.warnings.append(verdict)
         self._live = verdict
-        log.warning("%s", verdict)
+        if turned:
+            log.warning("%s", verdict)
 
     def _controller(self, k: int | None, temperature: float) -> FixedK | AdaptiveK:
         k = k if k is not None else self.default_k

@@ -47,3 +47,18 @@ def test_live_warning_on_real_drafts(draft: str, expect: str | None) -> None:
         else:
             assert len(live) == 1 and expect in live[0], eng.warnings
             assert not any("lower-bit" in w for w in eng.warnings)  # the measured verdict replaced the guess
+
+
+def test_the_log_hears_a_verdict_once_not_at_every_request(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.fakes import make_engine
+
+    eng = make_engine(noise=4.0)  # a poor draft: low acceptance
+    eng._quant = ASYM
+    texts = []
+    with caplog.at_level("WARNING", logger="edgespec"):
+        for seed in range(4):
+            eng.generate("t5 t9", max_tokens=40, k=4, temperature=0.8, seed=seed)
+            texts += [w for w in eng.warnings if "accepts" in w]
+    assert len(set(texts)) > 1  # the figures in the verdict moved from request to request
+    logged = [r.getMessage() for r in caplog.records if "accepts" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].startswith("confirmed")
