@@ -28,6 +28,7 @@ PROMPTS = {
     "story": "Write a short story about a robot who learns to paint.",
     "explanation": "Explain how vaccines train the immune system, step by step.",
 }
+P_MIN_VALUES = (0.0, 0.3, 0.6)
 QUANT_DRAFTS = ("smollm2-135m-q8_0", "smollm2-135m-q4_1", "smollm2-135m-q2_k")
 
 
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quant-drafts", default=",".join(QUANT_DRAFTS), help="drafts for the acceptance table ('' to skip)"
     )
+    p.add_argument("--no-p-min", action="store_true", help="skip the fixed p_min rows")
     p.add_argument("--no-native", action="store_true", help="skip llama.cpp's own binaries")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true")
@@ -105,6 +107,24 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
             )
             cells.append(cell)
     return cells
+
+
+def p_min_table(args: argparse.Namespace, engine: Any) -> list[dict]:
+    """A fixed p_min (stop drafting before a token when the draft's row is less sure than
+    p_min) at fixed K = 8 on one prompt: the bench's evidence for the pair option's default."""
+    rows = []
+    for temp in (float(t) for t in _names(args.temps)):
+        runs: dict[float, list[dict]] = {v: [] for v in P_MIN_VALUES}
+        for r in range(args.repeats):
+            for v in P_MIN_VALUES:
+                engine.p_min = v
+                runs[v].append(_edgespec_once(engine, PROMPTS["story"], temp, 8, True, args.tokens, 1234 + r))
+        engine.p_min = 0.0
+        row: dict[str, Any] = {"prompt": "story", "temperature": temp, "k": 8}
+        row["p_min"] = {str(v): _summary(xs) for v, xs in runs.items()}
+        rows.append(row)
+        _log(f"  p_min T={temp}: " + ", ".join(f"{v}={x['tokens_per_s']:.1f}" for v, x in row["p_min"].items()))
+    return rows
 
 
 def quant_table(args: argparse.Namespace, cfg: Any) -> list[dict]:
@@ -206,6 +226,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
         result["threads"] = engine.info().get("threads")
         result["cells"] = bench_cells(args, engine, (target, draft), native)
+        result["p_min"] = [] if args.no_p_min else p_min_table(args, engine)
     result["quantization"] = quant_table(args, cfg)
     result["bad_pair"] = bad_pair(args)
     (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))

@@ -134,6 +134,21 @@ def markdown(result: dict) -> str:
             + " | ".join(f"{v['tokens_per_s']:.1f}" for v in c["edgespec"].values())
             + " |"
         )
+    if result.get("p_min"):
+        values = list(result["p_min"][0]["p_min"])
+        out += [
+            "",
+            "## A fixed p_min (K=8, story prompt; tokens/s and acceptance)",
+            "",
+            "| T | " + " | ".join(f"p_min {v}" for v in values) + " |",
+            "|---|" + "---|" * len(values),
+        ]
+        for row in result["p_min"]:
+            cells = []
+            for v in values:
+                run = _median_run(row["p_min"][v])
+                cells.append(f"{row['p_min'][v]['tokens_per_s']:.1f} ({run['acceptance_rate']:.2f})")
+            out.append(f"| {row['temperature']} | " + " | ".join(cells) + " |")
     if result.get("quantization"):
         out += [
             "",

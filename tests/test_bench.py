@@ -33,8 +33,10 @@ def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: py
             assert all(r["n_generated"] > 0 for r in column["runs"])
         assert cell["edgespec"]["0"]["runs"][0]["n_drafted"] == 0
         assert cell["edgespec"]["2"]["runs"][0]["n_drafted"] > 0
+    p_min = {row["temperature"]: row["p_min"] for row in result["p_min"]}
+    assert sorted(p_min) == [0.0, 0.8] and all(sorted(v) == ["0.0", "0.3", "0.6"] for v in p_min.values())
     md = (out / "bench.md").read_text()
-    assert "| code | 0.0 |" in md and "adaptive" in md
+    assert "| code | 0.0 |" in md and "adaptive" in md and "p_min 0.6" in md
     assert (out / "bench.png").stat().st_size > 1000
     assert "edgespec bench" in capsys.readouterr().out
 
@@ -42,8 +44,8 @@ def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: py
 def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     if demo_paths() is None:
         pytest.skip("demo pair not prepared")
-    args = ["bench", "--no-native", "--out", str(tmp_path), "--tokens", "4", "--repeats", "1", "--ks", "0"]
-    args += ["--temps", "0", "--prompts", "code", "--bad-pair", "", "--quant-drafts", "no-such-model"]
+    args = ["bench", "--no-native", "--no-p-min", "--out", str(tmp_path), "--tokens", "4", "--repeats", "1"]
+    args += ["--ks", "0", "--temps", "0", "--prompts", "code", "--bad-pair", "", "--quant-drafts", "no-such-model"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no-such-model" in err[0]
