@@ -1,7 +1,8 @@
 """`edgespec bench`: side-by-side speed in one run on one machine.
 
 Rows: (prompt, temperature) cells. Columns: llama.cpp's native plain decoding
-(llama-bench) and native speculation (llama-speculative-simple, n_max 2/4/8),
+(llama-bench, run in every cell's rounds too, so a machine that drifts over the
+half hour moves it with the rest) and native speculation (llama-speculative-simple, n_max 2/4/8),
 both built from the llama.cpp source the pinned llama-cpp-python vendors;
 edgespec with K = 0 (plain, through the same loop), fixed K = 1..8, and the
 adaptive controller. Every run starts from empty caches; each figure is the
@@ -93,6 +94,9 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
                     runs.setdefault(("edgespec", str(k)), []).append(one)
                 one = _edgespec_once(engine, prompt, temp, None, True, args.tokens, seed)
                 runs.setdefault(("edgespec", "adaptive"), []).append(one)
+                if native is not None:
+                    one = native.run_llama_bench(paths[0], n_gen=args.tokens, threads=args.threads, repeats=1)
+                    runs.setdefault(("native_plain", ""), []).append(one)
                 for n_max in n_maxes:
                     one = native.run_speculative_simple(
                         paths[0], paths[1], text, n_predict=args.tokens, temperature=temp, n_max=n_max,
@@ -101,7 +105,10 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
                     runs.setdefault(("native_spec", str(n_max)), []).append(one)
             cell: dict[str, Any] = {"prompt": name, "temperature": temp, "edgespec": {}, "native_spec": {}}
             for (kind, key), xs in runs.items():
-                cell[kind][key] = _summary(xs)
+                if kind == "native_plain":
+                    cell[kind] = _summary(xs)  # measured in the same rounds as the rest of the cell
+                else:
+                    cell[kind][key] = _summary(xs)
             _log(
                 f"  {name} T={temp}: " + ", ".join(f"{k}={v['tokens_per_s']:.1f}" for k, v in cell["edgespec"].items())
             )

@@ -53,9 +53,11 @@ def ideal_speedup(cell: dict, k: int) -> dict[str, float]:
 
 
 def summarize(result: dict) -> list[dict[str, Any]]:
-    native_plain = (result.get("native_plain") or {}).get("tokens_per_s")
+    overall = (result.get("native_plain") or {}).get("tokens_per_s")
     rows = []
     for cell in result["cells"]:
+        # the cell's own native plain runs (interleaved with its other columns) when it has them
+        native_plain = (cell.get("native_plain") or {}).get("tokens_per_s") or overall
         fixed = _fixed(cell)
         best_k = max(fixed, key=lambda k: fixed[k])
         spec = {int(n): v["tokens_per_s"] for n, v in cell["native_spec"].items()}
@@ -183,8 +185,9 @@ def chart(result: dict, path: Path) -> None:
 
     cells = result["cells"]
     fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), sharey=True, squeeze=False)
-    native_plain = (result.get("native_plain") or {}).get("tokens_per_s")
+    overall = (result.get("native_plain") or {}).get("tokens_per_s")
     for ax, cell in zip(axes[0], cells):
+        native_plain = (cell.get("native_plain") or {}).get("tokens_per_s") or overall
         ks = sorted(int(k) for k in cell["edgespec"] if k.isdigit())
         ax.plot(ks, [cell["edgespec"][str(k)]["tokens_per_s"] for k in ks], "o-", label="edgespec fixed K")
         ax.axhline(cell["edgespec"]["adaptive"]["tokens_per_s"], color="C2", ls="--", label="edgespec adaptive")

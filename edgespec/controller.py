@@ -27,6 +27,12 @@ then to notice when acceptance recovers: less often each time plain still wins
 accepted, and only when the draft is nearly in step (a probe after a long plain
 stretch first has to feed the draft every token it missed; a new request
 starts in step). Leaving plain decoding needs a predicted gain of LEAVE_PLAIN.
+
+Within a step, drafting stops after a token the draft is unsure of when that
+pays: acceptance is also kept per bucket of the draft's confidence in its token
+(SURE_EDGES), and `stop_threshold` finds the buckets where "this token and the
+next both accepted" is worth less than one more draft token costs (the fitted
+per-token slope). The decoder asks `stop_after(sure)` after each drafted token.
 Pure: no model, no clock, no I/O.
 """
 
@@ -135,6 +141,8 @@ class StepTimes:
         more than OUTLIER off the line (a K measured once, in a slow moment, would
         otherwise bend it for as long as that K is not tried again)."""
         pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.by_k) if k >= 1 and r.n]
+        if not pts:
+            return self.plain, 0.0  # nothing drafted yet: no line to fit
         fresh = [p for p in pts if self.clock - self.seen_at[p[0]] <= STALE_STEPS]
         if len(fresh) >= 2:
             pts = fresh  # costs measured long ago may belong to another text or load

@@ -216,3 +216,9 @@ def test_never_stops_drafting_when_every_token_is_likely_accepted() -> None:
 
 def test_fixed_k_never_stops_early() -> None:
     assert not FixedK(4).stop_after(0.0) and not FixedK(4).wants_sure
+
+
+def test_cost_fit_before_any_draft_step_is_the_plain_step() -> None:
+    times = StepTimes()
+    times.add(0, 0.025)
+    assert times.fit() == (0.025, 0.0)
