@@ -5,8 +5,11 @@ Rows: (prompt, temperature) cells. Columns: llama.cpp's native plain decoding
 half hour moves it with the rest) and native speculation (llama-speculative-simple, n_max 2/4/8),
 both built from the llama.cpp source the pinned llama-cpp-python vendors;
 edgespec with K = 0 (plain, through the same loop), fixed K = 1..8, and the
-adaptive controller. Every run starts from empty caches; each figure is the
-median of the repeats. Also: the acceptance of drafts at several quantizations
+adaptive controller. Every run starts from empty KV caches; the adaptive
+controller keeps what it measured from run to run (step costs, acceptance per
+temperature), as it does in a running chat or server, so only the first
+adaptive run of the bench pays its warm-up. Each figure is the median of the
+repeats. Also: the acceptance of drafts at several quantizations
 under the same target, and a "bad pair" (a Q2_K draft at T = 1.0) where the
 adaptive controller must fall back instead of losing. Writes bench.json,
 bench.md and bench.png (report in bench_report.py).
@@ -122,11 +125,13 @@ def p_min_table(args: argparse.Namespace, engine: Any) -> list[dict]:
     rows = []
     for temp in (float(t) for t in _names(args.temps)):
         runs: dict[float, list[dict]] = {v: [] for v in P_MIN_VALUES}
-        for r in range(args.repeats):
-            for v in P_MIN_VALUES:
-                engine.p_min = v
-                runs[v].append(_edgespec_once(engine, PROMPTS["story"], temp, 8, True, args.tokens, 1234 + r))
-        engine.p_min = 0.0
+        try:
+            for r in range(args.repeats):
+                for v in P_MIN_VALUES:
+                    engine.p_min = v
+                    runs[v].append(_edgespec_once(engine, PROMPTS["story"], temp, 8, True, args.tokens, 1234 + r))
+        finally:
+            engine.p_min = 0.0
         row: dict[str, Any] = {"prompt": "story", "temperature": temp, "k": 8}
         row["p_min"] = {str(v): _summary(xs) for v, xs in runs.items()}
         rows.append(row)
@@ -228,7 +233,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         native = native_mod
         _log("llama.cpp native plain decoding (llama-bench) ...")
         result["native_plain"] = native.run_llama_bench(
-            target, n_gen=args.tokens, threads=args.threads, repeats=args.repeats
+            target,
+            n_gen=args.tokens,
+            threads=args.threads,
+            repeats=1,  # the cells run it again, interleaved
         )
     with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
         result["threads"] = engine.info().get("threads")

@@ -245,14 +245,18 @@ class Decoder:
         sures: list[float] = []
         for i in range(k):
             q = to_dist(row, params)
-            if p_min > 0.0 and i > 0 and confidence(row, q, params) < p_min:
+            sure_of_row = confidence(row, q, params) if p_min > 0.0 and i > 0 else None
+            if sure_of_row is not None and sure_of_row < p_min:
                 break
             x = q.sample(rng)
             drafts.append(x)
             qs.append(q)
             if controller.wants_sure:
                 # greedy: the untempered top probability; sampled: q(x) of the token drawn
-                sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
+                if params.greedy:
+                    sures.append(sure_of_row if sure_of_row is not None else confidence(row, q, params))
+                else:
+                    sures.append(q.prob(x))
                 if controller.stop_after(sures[-1]):
                     break
             if i + 1 < k:

@@ -222,3 +222,10 @@ def test_cost_fit_before_any_draft_step_is_the_plain_step() -> None:
     times = StepTimes()
     times.add(0, 0.025)
     assert times.fit() == (0.025, 0.0)
+
+
+def test_a_small_k_max_is_never_exceeded() -> None:
+    for k_max in (1, 2, 4):
+        ctrl = AdaptiveK(k_max=k_max)
+        ks = drive(ctrl, Machine(0.3, 0.012, 0.022, 0.2, seed=k_max), 300)
+        assert max(ks) <= k_max

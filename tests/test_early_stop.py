@@ -65,9 +65,12 @@ def _sample_pairs(n: int, n_vocab: int, seed: int) -> np.ndarray:
     counts = np.zeros((n_vocab, n_vocab))
     dec = Decoder(FakeModel(n_vocab, eos_bias=-50.0), FakeModel(n_vocab, noise=2.0, eos_bias=-50.0))
     rng = np.random.default_rng(seed)
+    ctrl = StopWhenUnsure(3, below=0.3)
     for _ in range(n):
-        out = [t for s in dec.run(PROMPT, FULL, StopWhenUnsure(3, below=0.3), max_tokens=3, rng=rng) for t in s.tokens]
+        out = [t for s in dec.run(PROMPT, FULL, ctrl, max_tokens=3, rng=rng) for t in s.tokens]
         counts[out[0], out[1]] += 1
+    # the first step asks for 2 tokens (max_tokens - 1): the rule must have cut some to 1
+    assert ctrl.drafted.count(1) > n // 20, "the stop rule never fired: the test would prove nothing"
     return counts
 
 
@@ -110,3 +113,32 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
     monkeypatch.setattr(decoder_mod.Decoder, "_draft", biased_draft)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)
     assert _pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) < 1e-6, "the test cannot tell a biased rule apart"
+
+
+def test_adaptive_controller_in_the_loop_keeps_greedy_output() -> None:
+    """The adaptive controller's own stop rule, fed by the decoder, on a poor draft."""
+    from edgespec.controller import AdaptiveK
+
+    seen: list[tuple[int, int]] = []
+    thresholds: list[float] = []
+
+    class Watch(AdaptiveK):
+        def next_k(self, lag: int = 0) -> int:
+            k = super().next_k(lag)
+            thresholds.append(self.stop_below)
+            return k
+
+        def observe(self, o) -> None:  # noqa: ANN001
+            seen.append((o.k, len(o.sure)))
+            super().observe(o)
+
+    greedy = SamplingParams(0.0)
+    plain = [t for s in Decoder(FakeModel()).run(PROMPT, greedy, FixedK(0), max_tokens=300,
+                                                 rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
+    ctrl = Watch()
+    dec = Decoder(FakeModel(), FakeModel(noise=2.5))
+    spec = [t for s in dec.run(PROMPT, greedy, ctrl, max_tokens=300, rng=np.random.default_rng(0))
+            for t in s.tokens]  # fmt: skip
+    assert spec == plain
+    assert seen and all(k == n for k, n in seen)  # one confidence per drafted token
+    assert sum(ctrl._sure_tried) > 0 and max(thresholds) > 0  # the rule did stop drafting
