@@ -68,6 +68,7 @@ RECOVER_MAX = 256  # longest wait between recovery probes while plain decoding w
 CHEAP_LAG = 16  # draft tokens to catch up that a recovery probe may pay without waiting
 OVERDUE_MAX = 1024  # ... and how long it waits for that (a new request starts with the draft in step)
 FOLLOW_UP = 4  # steps to the next recovery probe after one whose drafts were all accepted
+SHRINK = 8.0  # pseudo-counts pulling a per-position or per-bucket rate towards the pooled one
 SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a drafted token
 ALWAYS = 1.01  # a threshold above every confidence: stop after each token
 
@@ -210,7 +211,8 @@ class AdaptiveK:
         self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
         self.steps = 0
         self._speeds: list[float] | None = None
-        self._speeds_at = -1  # times.clock when _speeds was computed
+        self._speeds_at = -1  # times.clock when _speeds (and _cost) were computed
+        self._cost = (0.0, 0.0)
         self._probes = 0
         self._plain = False  # plain decoding chosen (not a probe)
         self._recover_gap = recover_every
@@ -218,21 +220,24 @@ class AdaptiveK:
         self._spec_since = 0
 
     # -- the model -------------------------------------------------------------------------
+    def pooled(self) -> float:
+        """Acceptance over all positions (the prior before any draft token was verified)."""
+        tried = sum(self._tried)
+        return sum(self._accepted) / tried if tried > 0 else self.prior_alpha
+
+    def _shrunk(self, accepted: list[float], tried: list[float]) -> list[float]:
+        pooled = self.pooled()
+        return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
+
     def alpha(self) -> list[float]:
         """Acceptance per position, each shrunk towards the pooled rate (positions far out
         are tried less often; the pooled rate is the best guess for them)."""
-        tried = sum(self._tried)
-        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
-        m = 8.0
-        return [(a + m * pooled) / (t + m) for a, t in zip(self._accepted, self._tried)]
+        return self._shrunk(self._accepted, self._tried)
 
     def sure_acceptance(self) -> list[float]:
         """Acceptance of a drafted token per bucket of the draft's confidence in it, each
         shrunk towards the pooled rate."""
-        tried = sum(self._tried)
-        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
-        m = 8.0
-        return [(a + m * pooled) / (t + m) for a, t in zip(self._sure_accepted, self._sure_tried)]
+        return self._shrunk(self._sure_accepted, self._sure_tried)
 
     def stop_threshold(self, best: int) -> float:
         """The confidence below which drafting should stop after a token. One more draft
@@ -244,8 +249,7 @@ class AdaptiveK:
         grows with confidence (it does, measured: 0.45 to 0.96 on the Q2_K pair)."""
         if best < 0:
             return 0.0
-        tried = sum(self._tried)
-        pooled = sum(self._accepted) / tried if tried > 0 else self.prior_alpha
+        pooled = self.pooled()
         need = self.step_cost()[1] * self.speed(best)
         edge = 0.0
         for upper, a in zip((*SURE_EDGES, ALWAYS), self.sure_acceptance()):
@@ -269,7 +273,8 @@ class AdaptiveK:
         return self.times.by_k
 
     def step_cost(self) -> tuple[float, float]:
-        return self.times.fit()
+        self.speeds()  # fitted once per observation, with the speeds
+        return self._cost
 
     def speeds(self) -> list[float]:
         """Expected tokens per second for K = 0..k_max (kept until the next observation, this
@@ -277,7 +282,7 @@ class AdaptiveK:
         if self._speeds is None or self._speeds_at != self.times.clock:
             self._speeds_at = self.times.clock
             alpha = self.alpha()
-            fixed, per_token = self.step_cost()
+            self._cost = fixed, per_token = self.times.fit()
             times = [self.step_time[0].value] + [fixed + per_token * k for k in range(1, self.k_max + 1)]
             self._speeds = [self.expected_tokens(k, alpha) / t if t > 0 else 0.0 for k, t in enumerate(times)]
         return self._speeds
