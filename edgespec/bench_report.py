@@ -17,6 +17,13 @@ def _fixed(cell: dict) -> dict[int, float]:
     return {int(k): v["tokens_per_s"] for k, v in cell["edgespec"].items() if k.isdigit() and int(k) > 0}
 
 
+def _native_plain(result: dict, cell: dict) -> float | None:
+    """The cell's own native plain runs (interleaved with its other columns) when it has
+    them, else the run-wide measurement."""
+    own = (cell.get("native_plain") or {}).get("tokens_per_s")
+    return own or (result.get("native_plain") or {}).get("tokens_per_s")
+
+
 def _median_run(entry: dict) -> dict:
     runs = sorted(entry["runs"], key=lambda r: r["tokens_per_s"])
     return runs[len(runs) // 2]
@@ -53,11 +60,9 @@ def ideal_speedup(cell: dict, k: int) -> dict[str, float]:
 
 
 def summarize(result: dict) -> list[dict[str, Any]]:
-    overall = (result.get("native_plain") or {}).get("tokens_per_s")
     rows = []
     for cell in result["cells"]:
-        # the cell's own native plain runs (interleaved with its other columns) when it has them
-        native_plain = (cell.get("native_plain") or {}).get("tokens_per_s") or overall
+        native_plain = _native_plain(result, cell)
         fixed = _fixed(cell)
         best_k = max(fixed, key=lambda k: fixed[k])
         spec = {int(n): v["tokens_per_s"] for n, v in cell["native_spec"].items()}
@@ -185,9 +190,8 @@ def chart(result: dict, path: Path) -> None:
 
     cells = result["cells"]
     fig, axes = plt.subplots(1, len(cells), figsize=(3.2 * len(cells), 3.4), sharey=True, squeeze=False)
-    overall = (result.get("native_plain") or {}).get("tokens_per_s")
     for ax, cell in zip(axes[0], cells):
-        native_plain = (cell.get("native_plain") or {}).get("tokens_per_s") or overall
+        native_plain = _native_plain(result, cell)
         ks = sorted(int(k) for k in cell["edgespec"] if k.isdigit())
         ax.plot(ks, [cell["edgespec"][str(k)]["tokens_per_s"] for k in ks], "o-", label="edgespec fixed K")
         ax.axhline(cell["edgespec"]["adaptive"]["tokens_per_s"], color="C2", ls="--", label="edgespec adaptive")
