@@ -4,12 +4,39 @@ from edgespec import Engine
 engine = Engine.from_pair("demo")            # or Engine.load(target_path, draft_path)
 for event in engine.stream("Why is the sky blue?", temperature=0.8):
     print(event.text, end="", flush=True)
+
+The layers (README, "Code map"): `core` (pure decoding: sampling, verify, the
+decoder loop, the K controller, text, events), `llama` (the llama.cpp side:
+the one module that imports llama_cpp, GGUF reading, pair checks, models),
+`api` (the Engine and its Generation handle), `frontends` (CLI, server, bench).
 """
 
-from .engine import Engine
-from .errors import EdgespecError
-from .events import Result, Stats, StreamEvent
-from .sampling import SamplingParams
+from .api.engine import Engine, Prompt
+from .api.generation import Generation
+from .core import defaults
+from .core.errors import BusyError, ContextFullError, EdgespecError
+from .core.events import Result, Segment, Stats, StreamEvent
+from .core.info import EngineInfo, GpuOffload, PairVerdict
+from .core.model import Model, TextModel
+from .core.sampling import SamplingParams
 
-__all__ = ["Engine", "EdgespecError", "Result", "SamplingParams", "Stats", "StreamEvent"]
+__all__ = [
+    "BusyError",
+    "ContextFullError",
+    "EdgespecError",
+    "Engine",
+    "EngineInfo",
+    "Generation",
+    "GpuOffload",
+    "Model",
+    "PairVerdict",
+    "Prompt",
+    "Result",
+    "SamplingParams",
+    "Segment",
+    "Stats",
+    "StreamEvent",
+    "TextModel",
+    "defaults",
+]
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.config import load_config
+from edgespec.llama.config import load_config
 
 
 def demo_paths():  # noqa: ANN201

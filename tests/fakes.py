@@ -10,11 +10,15 @@ Tokens map to text as "t<id> "; ids 0..2 are special (BOS=1, EOS=2).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.engine import Engine
+from edgespec.api.engine import Engine
+from edgespec.core.controller import Controller
+from edgespec.core.decoder import Decoder, Request, Step
+from edgespec.core.sampling import SamplingParams
 
 
 class FakeModel:
@@ -96,3 +100,17 @@ def make_engine(
     target = FakeModel(n_vocab, n_ctx=n_ctx, eos_bias=eos_bias)
     d = FakeModel(n_vocab, noise=noise, n_ctx=n_ctx, eos_bias=eos_bias) if draft else None
     return Engine(target, d, name="fake", **kw)  # type: ignore[arg-type]
+
+
+def decode(
+    dec: Decoder,
+    prompt: Sequence[int],
+    params: SamplingParams,
+    controller: Controller,
+    *,
+    max_tokens: int,
+    rng: np.random.Generator,
+    cancel: threading.Event | None = None,
+) -> Iterator[Step]:
+    """`Decoder.run` with its request spelled out as keywords (the tests' shorthand)."""
+    return dec.run(prompt, Request(params, controller, max_tokens, rng, cancel=cancel))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.cli import main
+from edgespec.frontends.cli import main
 from tests.conftest import demo_paths
 
 pytestmark = pytest.mark.real

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-import edgespec.bench as bench
+import edgespec.frontends.bench.run as bench
 
 
 class _Engine:

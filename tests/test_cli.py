@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from gguf_corpus import small_model, write_corpus
 
-from edgespec import cli
+from edgespec.frontends import cli
 from tests.conftest import demo_paths
 
-EDGESPEC = [sys.executable, "-m", "edgespec.cli"]
+EDGESPEC = [sys.executable, "-m", "edgespec.frontends.cli"]
 
 
 def run_cli(*args: str, timeout: float = 60) -> tuple[int, str, str, float]:

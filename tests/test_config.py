@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import load_config
-from edgespec.errors import ConfigError
+from edgespec.core.errors import ConfigError
+from edgespec.llama.config import load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

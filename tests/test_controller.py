@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.controller import WARMUP, AdaptiveK, FixedK, StepOutcome, StepTimes
+from edgespec.core.controller import WARMUP, AdaptiveK, FixedK, StepOutcome, StepTimes
 
 
 class Machine:
@@ -36,7 +36,7 @@ class Machine:
 def drive(ctrl: AdaptiveK, machine: Machine, steps: int) -> list[int]:
     ks = []
     for _ in range(steps):
-        k = ctrl.next_k()
+        k = ctrl.plan().k
         ks.append(k)
         ctrl.observe(machine.step(k))
     return ks
@@ -95,11 +95,11 @@ def test_estimated_speedup_matches_the_formula() -> None:
     ctrl = AdaptiveK()
     drive(ctrl, m, 500)
     want = m.speed(m.best()) / m.speed(0)
-    assert ctrl.estimated_speedup() == pytest.approx(want, rel=0.15)
+    assert ctrl.plan().est_speedup == pytest.approx(want, rel=0.15)
 
 
 def test_fixed_k_is_fixed() -> None:
-    assert [FixedK(3).next_k() for _ in range(5)] == [3] * 5
+    assert [FixedK(3).plan().k for _ in range(5)] == [3] * 5
     with pytest.raises(ValueError):
         FixedK(-1)
 
@@ -126,7 +126,7 @@ def test_a_stale_unlucky_plain_time_does_not_keep_it_speculating() -> None:
     ctrl = AdaptiveK()
     ks = []
     for i in range(400):
-        k = ctrl.next_k()
+        k = ctrl.plan().k
         ks.append(k)
         o = m.step(k)
         if i == 1:  # the second warm-up plain step is twice as slow
@@ -151,7 +151,7 @@ def test_recovery_probe_waits_for_a_cheap_catch_up() -> None:
     lag = 0
     asked_with_lag = []
     for i in range(1, 1000):
-        k = ctrl.next_k(lag)
+        k = ctrl.plan(lag).k
         if k:
             asked_with_lag.append(lag)
         # plain steps leave the draft behind; a probe catches it up, and so does the prefill
@@ -164,7 +164,7 @@ def test_recovery_probe_waits_for_a_cheap_catch_up() -> None:
     waited = AdaptiveK()
     ks = []
     for _ in range(1500):
-        ks.append(waited.next_k(10_000))
+        ks.append(waited.plan(10_000).k)
         waited.observe(m.step(ks[-1]))
     late = [i for i, k in enumerate(ks) if k and i >= len(WARMUP)]
     assert late and late[0] > 1000
@@ -189,7 +189,7 @@ def _feed_sure(ctrl: AdaptiveK, accept_by_sure: dict[float, float], steps: int, 
     rng = np.random.default_rng(seed)
     levels = list(accept_by_sure)
     for _ in range(steps):
-        k = ctrl.next_k()
+        k = ctrl.plan().k
         sure = tuple(float(rng.choice(levels)) for _ in range(k))
         a = 0
         while a < k and rng.random() < accept_by_sure[sure[a]]:
@@ -204,18 +204,27 @@ def test_learns_to_stop_drafting_after_unsure_tokens() -> None:
     acc = ctrl.sure_acceptance()
     assert acc[0] < 0.4 and acc[-1] > 0.9
     assert 0.1 <= ctrl.stop_threshold(ctrl.best_k()) <= 0.9  # stops after the unsure, not the sure
-    assert ctrl.stop_after(0.05) and not ctrl.stop_after(0.95)
+    stop = ctrl.plan().stop_below
+    assert 0.05 < stop <= 0.95  # stops after the unsure, not the sure
 
 
 def test_never_stops_drafting_when_every_token_is_likely_accepted() -> None:
     ctrl = AdaptiveK()
     _feed_sure(ctrl, {0.05: 0.97, 0.5: 0.98, 0.95: 0.99}, 300)
     assert ctrl.stop_threshold(ctrl.best_k()) == 0.0
-    assert not ctrl.stop_after(0.05)
+    assert ctrl.plan().stop_below == 0.0
 
 
 def test_fixed_k_never_stops_early() -> None:
-    assert not FixedK(4).stop_after(0.0) and not FixedK(4).wants_sure
+    plan = FixedK(4).plan()
+    assert plan.k == 4 and plan.stop_below == 0.0 and not plan.want_sure
+
+
+def test_p_min_is_a_floor_under_the_learned_threshold() -> None:
+    ctrl = AdaptiveK(p_min=0.4)
+    _feed_sure(ctrl, {0.05: 0.97, 0.5: 0.98, 0.95: 0.99}, 300)
+    assert ctrl.stop_threshold(ctrl.best_k()) == 0.0 and ctrl.plan().stop_below == 0.4
+    assert FixedK(4, p_min=0.3).plan().stop_below == 0.3
 
 
 def test_cost_fit_before_any_draft_step_is_the_plain_step() -> None:

@@ -7,11 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from edgespec.controller import FixedK
-from edgespec.decoder import Decoder
-from edgespec.errors import ContextFullError
-from edgespec.sampling import SamplingParams
-from tests.fakes import FakeModel, make_engine
+from edgespec.core.controller import FixedK
+from edgespec.core.decoder import Decoder
+from edgespec.core.errors import ContextFullError
+from edgespec.core.sampling import SamplingParams
+from tests.fakes import FakeModel, decode, make_engine
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [1, 5, 9, 13]
@@ -19,7 +19,7 @@ PROMPT = [1, 5, 9, 13]
 
 def run(dec: Decoder, k: int, n: int = 40, params: SamplingParams = GREEDY, prompt=PROMPT, seed=0, **kw):  # noqa: ANN001, ANN003, ANN201
     toks, flags, last = [], [], None
-    for step in dec.run(prompt, params, FixedK(k), max_tokens=n, rng=np.random.default_rng(seed), **kw):
+    for step in decode(dec, prompt, params, FixedK(k), max_tokens=n, rng=np.random.default_rng(seed), **kw):
         toks += step.tokens
         flags += step.from_draft
         last = step
@@ -96,7 +96,7 @@ def test_prompt_longer_than_context_is_refused_with_a_clear_message() -> None:
 def test_cancel_between_steps_restores_both_caches() -> None:
     dec = Decoder(FakeModel(), FakeModel(noise=1.0))
     cancel = threading.Event()
-    gen = dec.run(PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0), cancel=cancel)
+    gen = decode(dec, PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0), cancel=cancel)
     next(gen)
     next(gen)
     cancel.set()
@@ -108,7 +108,7 @@ def test_cancel_between_steps_restores_both_caches() -> None:
 
 def test_consumer_closing_mid_generation_restores_caches() -> None:
     dec = Decoder(FakeModel(), FakeModel(noise=1.0))
-    gen = dec.run(PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0))
+    gen = decode(dec, PROMPT, GREEDY, FixedK(4), max_tokens=100, rng=np.random.default_rng(0))
     next(gen)
     gen.close()
     check_invariant(dec)
@@ -179,7 +179,7 @@ def test_each_event_carries_its_own_stats_snapshot() -> None:
 
 
 def test_engine_refuses_use_after_close_and_bad_seed() -> None:
-    from edgespec.errors import EdgespecError
+    from edgespec.core.errors import EdgespecError
 
     eng = make_engine()
     with pytest.raises(EdgespecError, match="seed"):
@@ -215,7 +215,7 @@ def test_cancel_stops_a_long_prefill_between_chunks() -> None:
         return out
 
     target.eval = eval_then_cancel  # type: ignore[method-assign]
-    steps = list(dec.run(prompt, GREEDY, FixedK(4), max_tokens=10, rng=np.random.default_rng(0), cancel=cancel))
+    steps = list(decode(dec, prompt, GREEDY, FixedK(4), max_tokens=10, rng=np.random.default_rng(0), cancel=cancel))
     assert steps[-1].finish_reason == "cancelled" and steps[-1].stats.n_generated == 0
     assert len(target.evals) == 1  # one 512-token chunk, not the whole prompt
     assert dec.target.tokens == prompt[: len(dec.target.tokens)] and target.kv == dec.target.tokens

@@ -11,37 +11,32 @@ import numpy as np
 import pytest
 import scipy.stats as sps
 
-import edgespec.decoder as decoder_mod
-from edgespec.controller import FixedK
-from edgespec.decoder import Decoder
-from edgespec.sampling import Dist, SamplingParams, to_dist
-from tests.fakes import FakeModel
+import edgespec.core.decoder as decoder_mod
+from edgespec.core.controller import FixedK, Plan
+from edgespec.core.decoder import Decoder
+from edgespec.core.sampling import Dist, SamplingParams, to_dist
+from tests.fakes import FakeModel, decode
 
 PROMPT = [1, 5, 7]  # ids below every vocabulary used here
 FULL = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
 
 class StopWhenUnsure(FixedK):
-    wants_sure = True
-
     def __init__(self, k: int, below: float) -> None:
-        super().__init__(k)
+        super().__init__(k, p_min=below)  # a fixed threshold: stop after a token less sure than it
         self.below = below
         self.drafted: list[int] = []
-
-    def stop_after(self, sure: float) -> bool:
-        return sure < self.below
 
     def observe(self, outcome) -> None:  # noqa: ANN001
         self.drafted.append(outcome.k)
 
 
 def test_greedy_output_is_unchanged_and_drafting_does_stop() -> None:
-    plain = [t for s in Decoder(FakeModel()).run(PROMPT, SamplingParams(0.0), FixedK(0), max_tokens=60,
+    plain = [t for s in decode(Decoder(FakeModel()), PROMPT, SamplingParams(0.0), FixedK(0), max_tokens=60,
                                                  rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
     ctrl = StopWhenUnsure(6, below=0.9)
     dec = Decoder(FakeModel(), FakeModel(noise=1.0))
-    spec = [t for s in dec.run(PROMPT, SamplingParams(0.0), ctrl, max_tokens=60, rng=np.random.default_rng(0))
+    spec = [t for s in decode(dec, PROMPT, SamplingParams(0.0), ctrl, max_tokens=60, rng=np.random.default_rng(0))
             for t in s.tokens]  # fmt: skip
     assert spec == plain
     drafted = [k for k in ctrl.drafted if k]
@@ -67,7 +62,7 @@ def _sample_pairs(n: int, n_vocab: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     ctrl = StopWhenUnsure(3, below=0.3)
     for _ in range(n):
-        out = [t for s in dec.run(PROMPT, FULL, ctrl, max_tokens=3, rng=rng) for t in s.tokens]
+        out = [t for s in decode(dec, PROMPT, FULL, ctrl, max_tokens=3, rng=rng) for t in s.tokens]
         counts[out[0], out[1]] += 1
     # the first step asks for 2 tokens (max_tokens - 1): the rule must have cut some to 1
     assert ctrl.drafted.count(1) > n // 20, "the stop rule never fired: the test would prove nothing"
@@ -92,7 +87,7 @@ def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
 
 
 def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
-    def biased_draft(self, draft, k, params, rng, p_min, controller):  # noqa: ANN001, ANN202
+    def biased_draft(self, draft, k, params, rng, plan):  # noqa: ANN001, ANN202
         # WRONG on purpose: leaves out a token the draft is unsure of, so the tokens it
         # proposes are no longer samples of q
         feed = self.committed[len(draft.tokens) :]
@@ -102,7 +97,7 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
         for i in range(k):
             q = to_dist(row, params)
             x = q.sample(rng)
-            if q.prob(x) < controller.below:
+            if q.prob(x) < plan.stop_below:
                 break
             drafts.append(x)
             qs.append(q)
@@ -117,27 +112,27 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
 
 def test_adaptive_controller_in_the_loop_keeps_greedy_output() -> None:
     """The adaptive controller's own stop rule, fed by the decoder, on a poor draft."""
-    from edgespec.controller import AdaptiveK
+    from edgespec.core.controller import AdaptiveK
 
     seen: list[tuple[int, int]] = []
     thresholds: list[float] = []
 
     class Watch(AdaptiveK):
-        def next_k(self, lag: int = 0) -> int:
-            k = super().next_k(lag)
-            thresholds.append(self.stop_below)
-            return k
+        def plan(self, lag: int = 0) -> Plan:
+            plan = super().plan(lag)
+            thresholds.append(plan.stop_below)
+            return plan
 
         def observe(self, o) -> None:  # noqa: ANN001
             seen.append((o.k, len(o.sure)))
             super().observe(o)
 
     greedy = SamplingParams(0.0)
-    plain = [t for s in Decoder(FakeModel()).run(PROMPT, greedy, FixedK(0), max_tokens=300,
+    plain = [t for s in decode(Decoder(FakeModel()), PROMPT, greedy, FixedK(0), max_tokens=300,
                                                  rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
     ctrl = Watch()
     dec = Decoder(FakeModel(), FakeModel(noise=2.5))
-    spec = [t for s in dec.run(PROMPT, greedy, ctrl, max_tokens=300, rng=np.random.default_rng(0))
+    spec = [t for s in decode(dec, PROMPT, greedy, ctrl, max_tokens=300, rng=np.random.default_rng(0))
             for t in s.tokens]  # fmt: skip
     assert spec == plain
     assert seen and all(k == n for k, n in seen)  # one confidence per drafted token

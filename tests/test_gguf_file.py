@@ -24,8 +24,8 @@ from gguf_corpus import (
     write_corpus,
 )
 
-from edgespec.errors import ModelFileError
-from edgespec.gguf_file import (
+from edgespec.core.errors import ModelFileError
+from edgespec.llama.gguf_file import (
     GGML_TYPES,
     MAX_ARRAY_STRINGS,
     MAX_KV,

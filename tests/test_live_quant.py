@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.pair import QuantReport, live_quantization_verdict
+from edgespec.llama.pair import QuantReport, live_quantization_verdict
 from tests.conftest import demo_paths
 
 ASYM = QuantReport("F32", "Q2_K", 32.0, 5.1, "f16", ("the draft is much lower-bit ...",))
@@ -17,12 +17,12 @@ def test_no_verdict_before_enough_draft_tokens() -> None:
 
 def test_low_acceptance_confirms_the_warning_with_numbers() -> None:
     v = live_quantization_verdict(ASYM, 200, 80)
-    assert v is not None and "40%" in v and "Q8_0" in v
+    assert v is not None and v.confirmed and "40%" in v.message and "Q8_0" in v.message
 
 
 def test_good_acceptance_retracts_the_warning() -> None:
     v = live_quantization_verdict(ASYM, 200, 190)
-    assert v is not None and "not hurting" in v
+    assert v is not None and not v.confirmed and "not hurting" in v.message
 
 
 def test_symmetric_pair_gets_no_live_warning() -> None:
@@ -35,8 +35,8 @@ def test_live_warning_on_real_drafts(draft: str, expect: str | None) -> None:
     if demo_paths() is None:
         pytest.skip("demo pair not prepared")
     from edgespec import Engine
-    from edgespec.config import load_config
-    from edgespec.models import prepare
+    from edgespec.llama.config import load_config
+    from edgespec.llama.models import prepare
 
     cfg = load_config()
     with Engine.load(demo_paths()[0], prepare(cfg, draft), n_ctx=1024) as eng:

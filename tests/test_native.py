@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import native
-from edgespec.errors import EdgespecError
+from edgespec.core.errors import EdgespecError
+from edgespec.frontends.bench import native
 
 DEFAULT_TEST_MODEL = "/tmp/dl/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 

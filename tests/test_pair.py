@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from gguf_corpus import Q2_K, Q4_1, Q8_0, default_tokens, small_model
 
-from edgespec.errors import ConfigError, MemoryPreflightError, PairError
-from edgespec.gguf_file import GGUFInfo, read_gguf
-from edgespec.pair import (
+from edgespec.core.errors import ConfigError, MemoryPreflightError, PairError
+from edgespec.llama.gguf_file import GGUFInfo, read_gguf
+from edgespec.llama.pair import (
     check_tokenizers,
     kv_cache_bytes,
     memory_preflight,
@@ -82,8 +82,8 @@ def test_add_bos_and_bos_id_must_match(make: MakeInfo) -> None:
 
 def test_eos_id_differs_only_warns_when_eos_is_not_added(make: MakeInfo) -> None:
     verdict = pair_verdict(make(), make(tokenizer={"eos": 0}))
-    assert verdict["compatible"] is True
-    assert any("EOS ids differ" in w for w in verdict["warnings"])
+    assert verdict.compatible is True
+    assert any("EOS ids differ" in w for w in verdict.warnings)
     with pytest.raises(PairError, match="EOS token ids differ"):
         check_tokenizers(make(tokenizer={"add_eos": True}), make(tokenizer={"add_eos": True, "eos": 0}))
 
@@ -181,9 +181,9 @@ def test_pair_verdict_reports_incompatibility_without_raising(make: MakeInfo) ->
     other = default_tokens()
     other[7] = "seven"
     verdict = pair_verdict(make(), make(tokens=other, ttype=Q2_K, file_type=10))
-    assert verdict["compatible"] is False
-    assert "token 7" in verdict["messages"][0]
-    assert any("Q2_K" in w for w in verdict["warnings"])
+    assert verdict.compatible is False
+    assert "token 7" in verdict.messages[0]
+    assert any("Q2_K" in w for w in verdict.warnings)
 
 
 @pytest.mark.skipif(not DEMO.is_file(), reason="demo model not downloaded")

@@ -19,7 +19,7 @@ PROMPTS = [
 
 def top_two_gap(target_path: str, tokens: list[int]) -> float:
     """The target's own margin between its two best next tokens after `tokens` (one-token evals)."""
-    from edgespec.backend import LlamaModel
+    from edgespec.llama.backend import LlamaModel
 
     m = LlamaModel(target_path, n_ctx=2048)
     try:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgespec.sampling import Dist, SamplingParams, to_dist
+from edgespec.core.sampling import Dist, SamplingParams, to_dist
 
 
 def test_temperature_zero_is_one_hot_on_argmax() -> None:

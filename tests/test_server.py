@@ -16,10 +16,11 @@ import httpx
 import openai
 import pytest
 
-from edgespec.engine import Engine
-from edgespec.errors import EdgespecError
-from edgespec.server import add_parser, create_app, serve_in_thread
-from edgespec.server_http import MAX_BODY, host_name
+from edgespec.api.engine import Engine
+from edgespec.core.errors import EdgespecError
+from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.command import add_parser
+from edgespec.frontends.server.guard import MAX_BODY, host_name
 from tests.fakes import FakeModel
 
 CHAT = [{"role": "user", "content": "t5 t6 t7"}]

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from edgespec.config import load_config
-from edgespec.engine import Engine
-from edgespec.server import create_app, serve_in_thread
+from edgespec.api.engine import Engine
+from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.llama.config import load_config
 
 pytestmark = pytest.mark.real
 

@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from edgespec.engine import Engine
-from edgespec.server import create_app, serve_in_thread
+from edgespec.api.engine import Engine
+from edgespec.frontends.server.app import create_app, serve_in_thread
 from tests.fakes import make_engine
 
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1

@@ -8,14 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from edgespec_tui.app import ChatApp, ChatOptions, create_app
-from edgespec_tui.cli import add_parser
-from edgespec_tui.text import StepSplitter, stats_line, to_markdown, visible
-from edgespec_tui.widgets import InfoScreen, MessageView
 from rich.text import Text
 
-from edgespec.engine import Engine
-from edgespec.errors import EdgespecError
+from edgespec import EngineInfo, GpuOffload, PairVerdict
+from edgespec.api.engine import Engine
+from edgespec.core.errors import EdgespecError
+from edgespec_tui.app import ChatApp, ChatOptions, create_app
+from edgespec_tui.cli import add_parser
+from edgespec_tui.text import stats_line, to_markdown, visible
+from edgespec_tui.widgets import InfoScreen, MessageView
 from tests.fakes import FakeModel, make_engine
 
 SIZE = (100, 30)
@@ -111,10 +112,10 @@ async def test_draft_and_target_tokens_are_split() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "t5 t6")
         reply = app.messages("assistant")[0]
-        flags = {f for _, f in reply.segments}
-        assert flags == {True, False}
+        sources = {s.source for s in reply.segments}
+        assert sources == {"draft", "target"}
         # every step ends with the target's own token (correction or bonus)
-        assert reply.segments[-1][1] is False or app.last_reason == "length"
+        assert reply.segments[-1].source == "target" or app.last_reason == "length"
         spans = body_spans(reply)
         assert {s.style for s in spans} == {
             reply.get_component_rich_style("message--draft"),
@@ -203,7 +204,7 @@ async def test_toggle_speculation_between_replies() -> None:
         await send(pilot, app, "t5 t6")
         assert app.last_stats.speculative is False and app.last_stats.n_drafted == 0
         assert "plain decoding" in app.messages("assistant")[0].meta
-        assert {f for _, f in app.messages("assistant")[0].segments} == {False}
+        assert {s.source for s in app.messages("assistant")[0].segments} == {"target"}
         await pilot.press("ctrl+t")
         await send(pilot, app, "t7")
         assert app.last_stats.speculative is True and app.last_stats.n_drafted > 0
@@ -309,19 +310,14 @@ async def test_warnings_appear_in_the_ui() -> None:
         assert box.display and "Q2_K" in str(box.content)
 
 
-INFO = {
-    "target": {
-        "architecture": "llama",
-        "name": "Big",
-        "quantization": "F32",
-        "file_size": 540_000_000,
-    },
-    "draft": {"architecture": "llama", "name": "Small", "quantization": "Q4_1"},
-    "pair": {"compatible": True, "messages": [], "warnings": ["draft is much lower-bit"]},
-    "gpu_offload": {"supported": True, "target_layers": 30, "draft_layers": 0},
-    "n_ctx": 512,
-    "threads": 2,
-}
+INFO = EngineInfo(
+    target={"architecture": "llama", "name": "Big", "quantization": "F32", "file_size": 540_000_000},
+    draft={"architecture": "llama", "name": "Small", "quantization": "Q4_1"},
+    pair=PairVerdict(True, (), ("draft is much lower-bit",)),
+    gpu=GpuOffload(supported=True, target_layers=30, draft_layers=0),
+    n_ctx=512,
+    threads=2,
+)
 
 
 async def test_model_info_screen() -> None:
@@ -424,16 +420,6 @@ def test_chat_load_errors_propagate_as_edgespec_errors() -> None:
 
 def test_visible_replaces_control_characters() -> None:
     assert visible("a\x1b[31mb\tc\nd\x07\x7f\x9b") == "a␛[31mb\tc\nd␇␡\ufffd"
-
-
-def test_splitter_attributes_a_character_to_the_token_that_completes_it() -> None:
-    pieces = {5: "é".encode()[:1], 6: "é".encode()[1:] + b"!", 7: b"ok"}
-    s = StepSplitter(pieces.__getitem__)
-    assert s.split("", (5,), (True,)) == []
-    assert s.split("é!ok", (6, 7), (True, False)) == [("é!", True), ("ok", False)]
-    # a mismatch (should not happen) shows the step as the target's own text
-    assert StepSplitter(pieces.__getitem__).split("zz", (7,), (True,)) == [("zz", True)]
-    assert StepSplitter(None).split("ab", (7, 7), (True, False)) == [("ab", False)]
 
 
 def test_stats_line_without_timings_and_markdown() -> None:

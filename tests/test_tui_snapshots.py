@@ -8,13 +8,13 @@ Regenerate after an intended layout change:
 
 from __future__ import annotations
 
+from edgespec import EngineInfo, GpuOffload, PairVerdict
 from edgespec_tui.app import ChatOptions, create_app
-
 from tests.fakes import make_engine
 
 SIZE = (100, 30)
-INFO = {
-    "target": {
+INFO = EngineInfo(
+    target={
         "architecture": "llama",
         "name": "SmolLM2 135M Instruct",
         "quantization": "F32",
@@ -22,7 +22,7 @@ INFO = {
         "vocab_size": 49152,
         "file_size": 540_000_000,
     },
-    "draft": {
+    draft={
         "architecture": "llama",
         "name": "SmolLM2 135M Instruct",
         "quantization": "Q4_1",
@@ -30,11 +30,11 @@ INFO = {
         "vocab_size": 49152,
         "file_size": 90_000_000,
     },
-    "pair": {"compatible": True, "messages": [], "warnings": []},
-    "gpu_offload": {"supported": False, "target_layers": 0, "draft_layers": 0},
-    "n_ctx": 512,
-    "threads": 2,
-}
+    pair=PairVerdict(True),
+    gpu=GpuOffload(supported=False),
+    n_ctx=512,
+    threads=2,
+)
 
 
 def app(**engine_kw: object):  # noqa: ANN201

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from edgespec.sampling import Dist
-from edgespec.verify import residual, verify
+from edgespec.core.sampling import Dist
+from edgespec.core.verify import residual, verify
 
 
 def dist(probs: dict[int, float]) -> Dist:

@@ -9,8 +9,6 @@ the new turn.
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,9 +22,9 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
-from edgespec.errors import EdgespecError
+from edgespec import EdgespecError, Generation, Segment, defaults
 
-from .text import Segment, StepSplitter, gpu_line, stats_line, to_markdown, visible
+from .text import gpu_line, stats_line, to_markdown, visible
 from .widgets import InfoScreen, MessageView, StatusBar
 
 SysReader = Callable[[], "tuple[float | None, float | None]"]  # (rss bytes, cpu percent)
@@ -53,11 +51,11 @@ def psutil_reader() -> SysReader:
 class ChatOptions:
     """Sampling options (as `edgespec run`) plus what the UI shows."""
 
-    max_tokens: int = 256
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    max_tokens: int = defaults.MAX_TOKENS
+    temperature: float = defaults.TEMPERATURE
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
     seed: int | None = None
     k: int | None = None
     speculative: bool = True
@@ -69,7 +67,7 @@ class ChatOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> ChatOptions:
-        from edgespec.cli import sampling_options
+        from edgespec.frontends.options import sampling_options
 
         return cls(**sampling_options(args))
 
@@ -130,7 +128,7 @@ class ChatApp(App[None]):
         self.last_stats: Any = None
         self.last_reason: str | None = None
         self._gen = 0
-        self._stop = threading.Event()
+        self._reply_stream: Generation | None = None  # the reply in progress (its handle cancels it)
         self._reply: MessageView | None = None
         self._pending_user: dict[str, str] | None = None
         self._shown_warnings = 0
@@ -226,51 +224,39 @@ class ChatApp(App[None]):
         self._pending_user = {"role": "user", "content": text}
         self._reply = self.add_message("assistant")
         self._gen += 1
-        self._stop.clear()
         self.generating = True
         self.status.set(generating=True)
-        self.generate(
-            self._gen,
-            [*self.history, self._pending_user],
-            self.speculative,
-            dict(self.options.sampling(), temperature=self.temperature),
-        )
+        sampling = dict(self.options.sampling(), temperature=self.temperature)
+        messages = [*self.history, self._pending_user]
+        try:
+            # made here, not in the worker: Esc can cancel it from the first moment on
+            self._reply_stream = self.engine.stream(messages, speculative=self.speculative, **sampling)
+        except EdgespecError as err:
+            self.post_message(self.Failed(self._gen, str(err)))
+            return
+        self.generate(self._gen, self._reply_stream)
 
     @work(thread=True, group="generate")
-    def generate(self, gen: int, messages: list[dict[str, str]], speculative: bool, sampling: dict[str, Any]) -> None:
-        splitter = StepSplitter(getattr(self.engine, "piece", None))
+    def generate(self, gen: int, stream: Generation) -> None:
         try:
-            stream = self.engine.stream(messages, speculative=speculative, **sampling)
-            event, last_k = None, None
-            for event in stream:
-                if self._stop.is_set():
-                    # also covers a stop pressed before the stream took the engine's lock
-                    self.engine.cancel()
-                stats = dataclasses.replace(event.stats)  # the engine keeps updating its own copy
-                last_k = stats.k = self._shown_k(stats, len(event.tokens), sampling, last_k)
-                segments = splitter.split(
-                    event.text,
-                    event.tokens,
-                    event.from_draft,
-                    final=event.finish_reason is not None,
-                )
-                if segments or event.finish_reason is None:
-                    self.post_message(self.Step(gen, segments, stats))
-                if event.finish_reason is not None:
-                    self.post_message(self.Finished(gen, event.finish_reason, stats))
-                    return
+            event = None
+            with stream:
+                for event in stream:
+                    segments = list(event.segments)
+                    if segments or event.finish_reason is None:
+                        self.post_message(self.Step(gen, segments, event.stats))
+                    if event.finish_reason is not None:
+                        self.post_message(self.Finished(gen, event.finish_reason, event.stats))
+                        return
             self.post_message(self.Finished(gen, None, event.stats if event else None))
         except EdgespecError as err:
             self.post_message(self.Failed(gen, str(err)))
         except Exception as err:  # noqa: BLE001 - shown in the chat, the app keeps running
             self.post_message(self.Failed(gen, f"internal error ({type(err).__name__}): {err}"))
 
-    def _shown_k(self, stats: Any, n_new: int, sampling: dict[str, Any], last_k: int | None) -> int:
-        """K is clipped near max_tokens and the context end: keep showing the K chosen before."""
-        before = stats.n_generated - n_new
-        room = min(sampling["max_tokens"], self.engine.n_ctx - stats.n_prompt) - before
-        clipped = n_new == 0 or stats.k >= room - 1
-        return stats.k if last_k is None or not clipped else last_k
+    def _cancel_reply(self) -> None:
+        if self._reply_stream is not None:
+            self._reply_stream.cancel()
 
     @on(Step)
     def step(self, message: Step) -> None:
@@ -325,6 +311,7 @@ class ChatApp(App[None]):
 
     def _done(self, stats: Any) -> None:
         self.generating = False
+        self._reply_stream = None
         self._pending_user = None
         self.status.set(generating=False, **({"stats": stats} if stats is not None else {}))
         if len(self.engine.warnings) != self._shown_warnings:
@@ -368,13 +355,12 @@ class ChatApp(App[None]):
     # -- actions ----------------------------------------------------------------------------
     def action_stop(self) -> None:
         if self.generating:
-            self._stop.set()
-            self.engine.cancel()
+            self._cancel_reply()
 
     def action_new_chat(self) -> None:
         if self.generating:
-            self._stop.set()
-            self.engine.cancel()
+            self._cancel_reply()
+        self._reply_stream = None
         self._gen += 1  # anything still arriving from the old generation is dropped
         self.generating = False
         self._reply = None
@@ -411,8 +397,7 @@ class ChatApp(App[None]):
         self.save(None)
 
     async def action_quit(self) -> None:
-        self._stop.set()
-        self.engine.cancel()
+        self._cancel_reply()
         self.exit()
 
 

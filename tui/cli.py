@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    from edgespec.cli import add_model_args, add_sampling_args
+    from edgespec.frontends.options import add_model_args, add_sampling_args
 
     p = sub.add_parser(
         "chat",
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from edgespec.cli import engine_from_args
+    from edgespec.frontends.options import engine_from_args
 
     from .app import ChatOptions, create_app
 
@@ -47,6 +47,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m edgespec_tui [options]`: the same as `edgespec chat [options]`."""
-    from edgespec.cli import main as edgespec_main
+    from edgespec.frontends.options import run_command
 
-    return edgespec_main(["chat", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python -m edgespec_tui")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser.parse_args(["chat", *(sys.argv[1:] if argv is None else argv)]))

@@ -1,4 +1,4 @@
-"""Pure helpers for the chat app: safe text, draft/target splitting, status lines, Markdown.
+"""Pure helpers for the chat app: safe text, status lines, the model-info text, Markdown.
 
 Nothing here touches Textual, so it is easy to test; the widgets only render
 what these functions return.
@@ -6,10 +6,11 @@ what these functions return.
 
 from __future__ import annotations
 
-import codecs
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+
+from edgespec import EngineInfo
 
 # C0 controls (except newline and tab), DEL and C1 controls are shown as visible
 # symbols: model output must never reach the terminal as a control sequence.
@@ -21,42 +22,6 @@ _CONTROL.update({c: 0xFFFD for c in range(0x80, 0xA0)})
 def visible(text: str) -> str:
     """`text` with control characters replaced by their visible symbols (ESC -> ␛)."""
     return text.translate(_CONTROL)
-
-
-Segment = tuple[str, bool]  # (text, from the draft)
-
-
-class StepSplitter:
-    """Splits one step's text into what the accepted draft tokens and the target's tokens wrote.
-
-    StreamEvent gives the step's text and a per-token `from_draft` flag (draft tokens
-    come first). To colour them apart, this mirrors the engine's incremental UTF-8
-    decoding of the same tokens with the target's `piece` function; if the result
-    ever disagrees with the event's text (it should not), the step is shown as the
-    target's own text. Call it from the generation thread (the piece buffer is not
-    shared across threads).
-    """
-
-    def __init__(self, piece: Callable[[int], bytes] | None) -> None:
-        self._piece = piece
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def split(self, text: str, tokens: Sequence[int], from_draft: Sequence[bool], final: bool = False) -> list[Segment]:
-        n_draft = sum(1 for f in from_draft if f)
-        if self._piece is not None:
-            try:
-                d = "".join(self._utf8.decode(self._piece(t)) for t in tokens[:n_draft])
-                t = "".join(self._utf8.decode(self._piece(t)) for t in tokens[n_draft:])
-                if final:
-                    t += self._utf8.decode(b"", final=True)
-            except Exception:  # noqa: BLE001 - colouring must never break the chat
-                d, t = "", None  # type: ignore[assignment]
-            if t is not None and d + t == text:
-                return [(s, f) for s, f in ((d, True), (t, False)) if s]
-            self._utf8.reset()
-        if not text:
-            return []
-        return [(text, bool(tokens) and n_draft == len(tokens))]
 
 
 def fmt_num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -92,31 +57,28 @@ def stats_line(stats: Any, *, timings: bool = True) -> str:
     return " · ".join(parts)
 
 
-def gpu_line(info: dict[str, Any]) -> str:
-    go = info.get("gpu_offload")
-    if not go:
-        return "GPU —"
-    if not go.get("supported"):
+def gpu_line(info: EngineInfo) -> str:
+    go = info.gpu
+    if not go.supported:
         return "GPU: none (CPU build)"
 
-    def one(n: Any) -> str:
+    def one(n: int) -> str:
         return f"{n} layers" if n else "CPU"
 
-    out = f"GPU: target {one(go.get('target_layers'))}"
-    if info.get("draft") is not None:
-        out += f", draft {one(go.get('draft_layers'))}"
+    out = f"GPU: target {one(go.target_layers)}"
+    if info.draft is not None:
+        out += f", draft {one(go.draft_layers)}"
     return out
 
 
 def info_text(engine: Any) -> str:
     """The model-info screen: both models' facts (as `edgespec inspect`), the pair verdict."""
-    info = engine.info()
+    info: EngineInfo = engine.info()
     lines = [
         f"engine: {engine.name or '—'}   context: {engine.n_ctx} tokens"
-        + (f"   threads: {info['threads']}" if info.get("threads") else "")
+        + (f"   threads: {info.threads}" if info.threads else "")
     ]
-    for role in ("target", "draft"):
-        facts = info.get(role)
+    for role, facts in (("target", info.target or None), ("draft", info.draft)):
         lines.append("")
         if facts is None:
             lines.append(f"{role}: " + ("none (plain decoding)" if role == "draft" else "—"))
@@ -125,13 +87,13 @@ def info_text(engine: Any) -> str:
         for key, value in facts.items():
             shown = fmt_bytes(value) if key == "file_size" and isinstance(value, (int, float)) else value
             lines.append(f"  {key:16} {shown}")
-    pair = info.get("pair")
+    pair = info.pair
     lines.append("")
     if pair is None:
         lines.append("pair: —")
     else:
-        lines.append(f"pair: {'compatible' if pair.get('compatible') else 'NOT compatible'}")
-        lines += [f"  - {m}" for m in [*pair.get("messages", []), *pair.get("warnings", [])]]
+        lines.append(f"pair: {'compatible' if pair.compatible else 'NOT compatible'}")
+        lines += [f"  - {m}" for m in [*pair.messages, *pair.warnings]]
     lines += ["", gpu_line(info)]
     if engine.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in engine.warnings]

@@ -11,7 +11,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from .text import Segment, fmt_bytes, fmt_num, info_text, stats_line, visible
+from edgespec import Segment
+
+from .text import fmt_bytes, fmt_num, info_text, stats_line, visible
 
 ROLE_TITLES = {"user": "You", "assistant": "Model", "error": "Error", "note": "edgespec"}
 
@@ -24,14 +26,14 @@ class MessageView(Static):
     def __init__(self, role: str, text: str = "", *, highlight: bool = True) -> None:
         super().__init__(classes=role)
         self.role = role
-        self.segments: list[Segment] = [(text, False)] if text else []
+        self.segments: list[Segment] = [Segment(text, "target")] if text else []
         self.meta = ""
         self.highlight = highlight
         self.border_title = ROLE_TITLES.get(role, role)
 
     @property
     def text(self) -> str:
-        return "".join(s for s, _ in self.segments)
+        return "".join(s.text for s in self.segments)
 
     _ready = False
 
@@ -59,8 +61,8 @@ class MessageView(Static):
         if self.role == "assistant" and self.highlight:
             draft = self.get_component_rich_style("message--draft")
             target = self.get_component_rich_style("message--target")
-            for s, from_draft in self.segments:
-                out.append(visible(s), draft if from_draft else target)
+            for s in self.segments:
+                out.append(visible(s.text), draft if s.source == "draft" else target)
         else:
             out.append(visible(self.text))
         if self.role == "assistant" and not self.segments and not self.meta:

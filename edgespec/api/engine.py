@@ -2,10 +2,14 @@
 
 What the engine adds on top of the decoder: turning a prompt (a string, chat
 messages, or token ids) into tokens with the model's chat template; turning
-token ids into text with stop strings; one generation at a time (a lock) with
-a cancel flag the decoder checks once per step; the checks that run before any
-weights load (GGUF headers, tokenizer compatibility, memory); and warnings a
-user should see (quantization asymmetry, no GPU offload).
+token ids into text with stop strings; one generation at a time (a lock), each
+with its own cancel flag (`Generation`); the checks that run before any weights
+load (GGUF headers, tokenizer compatibility, memory); and warnings a user
+should see (quantization asymmetry, no GPU offload).
+
+`Engine(target, draft)` takes any objects that follow the `Model` / `TextModel`
+protocols (edgespec.core.model): that is how tests and simulated machines run
+the real decoder without llama.cpp.
 """
 
 from __future__ import annotations
@@ -13,41 +17,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from . import chat
-from .controller import AdaptiveK, FixedK, StepTimes
-from .decoder import Decoder, Model
-from .detok import TextAssembler
-from .errors import BusyError, EdgespecError
-from .events import Result, StreamEvent
-from .pair import QuantReport, live_quantization_verdict
-from .sampling import SamplingParams
+from ..core import defaults, templates
+from ..core.controller import AdaptiveK, Controller, FixedK, StepTimes
+from ..core.decoder import Decoder, Request
+from ..core.detok import TextAssembler
+from ..core.errors import BusyError, EdgespecError
+from ..core.events import Result, StreamEvent
+from ..core.info import EngineInfo, LiveVerdict
+from ..core.model import Model, TextModel
+from ..core.sampling import SamplingParams
+from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
+from ..llama.pair import QuantReport, live_quantization_verdict
+from .generation import Generation
 
 log = logging.getLogger("edgespec")
 LOCK_WAIT_S = 30.0
+TEMPERATURES_KEPT = 8  # adaptive controllers kept, one per temperature (least recently used goes)
 
 Prompt = str | Sequence[dict] | Sequence[int]
-
-
-class TextModel(Model, Protocol):
-    """What the engine needs of the target beyond the decoder's Model protocol."""
-
-    add_bos: bool
-    bos_id: int
-    eos_id: int
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
-
-    def piece(self, token: int, special: bool = False) -> bytes: ...
-
-    def token_text(self, token: int) -> str: ...
-
-    def chat_template(self) -> str | None: ...
 
 
 class Engine:
@@ -60,7 +54,7 @@ class Engine:
         *,
         name: str = "",
         warnings: Sequence[str] = (),
-        info: dict[str, Any] | None = None,
+        info: EngineInfo | None = None,
         default_k: int | None = None,
         p_min: float = 0.0,
         quant_report: QuantReport | None = None,
@@ -69,27 +63,27 @@ class Engine:
         self.draft = draft
         self.name = name
         self.warnings: list[str] = list(warnings)
-        self._info = info or {}
         _check_k(default_k)
         self.default_k = default_k
         self.p_min = p_min
         self._quant = quant_report
-        self._live: str | None = None  # the live verdict on the quantization asymmetry
+        self._live: LiveVerdict | None = None  # the live verdict on the quantization asymmetry
         self._drafted = self._accepted = 0
         self._decoder = Decoder(target, draft)
         self.n_ctx = self._decoder.n_ctx
+        self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
-        self._cancel = threading.Event()
+        self._running: Generation | None = None
         self._closed = False
         # what the adaptive controller measured carries over to the next request instead of
         # being learned again every time: step costs are the machine's (one table for all),
-        # acceptance depends on the temperature (one controller each)
+        # acceptance depends on the temperature (one controller each, the most recent few kept)
         self._step_times = StepTimes()
-        self._adaptive: dict[float, AdaptiveK] = {}
+        self._adaptive: OrderedDict[float, AdaptiveK] = OrderedDict()
         template = target.chat_template()
         if template is None:
             self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
-        self._template = template or chat.FALLBACK_TEMPLATE
+        self._template = template or templates.FALLBACK_TEMPLATE
         for w in self.warnings:
             log.warning("%s", w)
 
@@ -100,35 +94,40 @@ class Engine:
         target: str | Path,
         draft: str | Path | None = None,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = defaults.N_CTX,
         n_gpu_layers: int = 0,
         draft_n_gpu_layers: int | None = None,
         threads: int | None = None,
         k: int | None = None,
-        p_min: float | None = None,
+        p_min: float = 0.0,
         name: str | None = None,
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive)."""
-        from .loading import load_pair
-
-        return load_pair(
-            cls,
-            target,
-            draft,
-            n_ctx=n_ctx,
-            n_gpu_layers=n_gpu_layers,
-            draft_n_gpu_layers=draft_n_gpu_layers,
-            threads=threads,
-            k=k,
-            p_min=p_min,
-            name=name,
-        )
+        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name)
+        return cls._from_loaded(load_pair(target, draft, options))
 
     @classmethod
-    def from_pair(cls, name: str, config: str | Path | None = None) -> Engine:
-        from .loading import load_named_pair
+    def from_pair(
+        cls, name: str, config: str | Path | None = None, *, with_draft: bool = True, **overrides: Any
+    ) -> Engine:
+        """A pair from models.toml (prepared on first use). `overrides`: `Engine.load`'s
+        keywords; None keeps the pair's own setting. `progress`: a callback for preparation.
+        `with_draft=False` loads the target alone (plain decoding)."""
+        target, draft, options = pair_files(name, config, **overrides)
+        return cls._from_loaded(load_pair(target, draft if with_draft else None, options))
 
-        return load_named_pair(cls, name, config)
+    @classmethod
+    def _from_loaded(cls, p: LoadedPair) -> Engine:
+        return cls(
+            p.target,
+            p.draft,
+            name=p.name,
+            warnings=p.warnings,
+            info=p.info,
+            default_k=p.options.k,
+            p_min=p.options.p_min,
+            quant_report=p.quant,
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -147,9 +146,9 @@ class Engine:
         self.close()
 
     # -- facts -----------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self) -> EngineInfo:
         """Both models' facts, the pair verdict and GPU offload, for inspect screens."""
-        return dict(self._info)
+        return self._info
 
     @property
     def busy(self) -> bool:
@@ -173,19 +172,19 @@ class Engine:
             if bad:
                 raise EdgespecError(f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})")
             return ids
-        return self._chat_tokens(chat.check_messages(items))
+        return self._chat_tokens(templates.check_messages(items))
 
     def piece(self, token: int) -> bytes:
-        """The bytes one token stands for (for frontends that colour tokens one by one)."""
+        """The bytes one token stands for."""
         return self.target.piece(token)
 
     def chat_text(self, messages: Sequence[dict]) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
         bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
         eos = self.target.token_text(self.target.eos_id) if self.target.eos_id >= 0 else ""
-        return chat.render(self._template, chat.check_messages(messages), bos_token=bos, eos_token=eos)
+        return templates.render(self._template, templates.check_messages(messages), bos_token=bos, eos_token=eos)
 
-    def _chat_tokens(self, messages: list[chat.Message]) -> list[int]:
+    def _chat_tokens(self, messages: list[templates.Message]) -> list[int]:
         text = self.chat_text(messages)
         bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
@@ -199,61 +198,74 @@ class Engine:
     # -- generation ------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop the running generation at the end of its current step (thread-safe)."""
-        self._cancel.set()
+        running = self._running
+        if running is not None:
+            running.cancel()
 
     def stream(
         self,
         prompt: Prompt,
         *,
-        max_tokens: int = 256,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
+        max_tokens: int = defaults.MAX_TOKENS,
+        temperature: float = defaults.TEMPERATURE,
+        top_k: int = defaults.TOP_K,
+        top_p: float = defaults.TOP_P,
+        min_p: float = defaults.MIN_P,
         seed: int | None = None,
         speculative: bool = True,
         k: int | None = None,
         stop: Sequence[str] | str | None = None,
         raw: bool = False,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generation:
+        """Start a generation; iterate the returned handle for events, `cancel()` it to stop."""
         params = SamplingParams(temperature, top_k, top_p, min_p, seed)
         _check_params(params, max_tokens, k)
         tokens = self.tokenize(prompt, raw=raw)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        return self._stream(tokens, params, max_tokens, speculative and self.draft is not None, k, stops)
+        spec = speculative and self.draft is not None
+        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops))
 
-    def _stream(self, tokens, params, max_tokens, speculative, k, stops) -> Iterator[StreamEvent]:  # noqa: ANN001
+    def _run(
+        self,
+        gen: Generation,
+        tokens: list[int],
+        params: SamplingParams,
+        max_tokens: int,
+        speculative: bool,
+        k: int | None,
+        stops: list[str],
+    ) -> Iterator[StreamEvent]:
         with self._hold():
-            self._cancel.clear()
-            controller = self._controller(k, params.temperature)
-            text = TextAssembler(self.target.piece, stops)
-            rng = np.random.default_rng(params.seed)
-            steps = self._decoder.run(
-                tokens,
-                params,
-                controller,
+            self._running = gen
+            request = Request(
+                params=params,
+                controller=self._controller(k, params.temperature),
                 max_tokens=max_tokens,
+                rng=np.random.default_rng(params.seed),
                 speculative=speculative,
-                rng=rng,
-                cancel=self._cancel,
-                p_min=self.p_min,
+                cancel=gen.cancelled,
             )
+            text = TextAssembler(self.target.piece, stops)
+            steps = self._decoder.run(tokens, request)
             stats = None
             try:
                 for step in steps:
                     stats = step.stats
-                    piece, stop_at = text.feed(step.tokens)
+                    sources = ["draft" if f else "target" for f in step.from_draft]
+                    segments, stop_at = text.feed(step.tokens, sources)
                     toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
                         step.stats.n_generated -= len(step.tokens) - len(toks)
                     elif finish is not None:
-                        piece += text.finish()
-                    yield StreamEvent(piece, toks, flags, step.stats, finish)
+                        segments += text.finish()
+                    piece = "".join(s.text for s in segments)
+                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k)
                     if finish is not None:
                         return
             finally:
                 steps.close()
+                self._running = None
                 self._update_live_warning(stats)
 
     def _update_live_warning(self, stats: Any) -> None:
@@ -266,21 +278,25 @@ class Engine:
             return
         # the measured verdict replaces the static guess (and any earlier verdict); the log
         # hears of it when it first appears or turns, not each time its figures move
-        turned = self._live is None or verdict.startswith("confirmed") != self._live.startswith("confirmed")
-        self.warnings = [w for w in self.warnings if w not in self._quant.warnings and w != self._live]
-        self.warnings.append(verdict)
+        turned = self._live is None or verdict.confirmed != self._live.confirmed
+        old = self._live.message if self._live is not None else None
+        self.warnings = [w for w in self.warnings if w not in self._quant.warnings and w != old]
+        self.warnings.append(verdict.message)
         self._live = verdict
         if turned:
-            log.warning("%s", verdict)
+            log.warning("%s", verdict.message)
 
-    def _controller(self, k: int | None, temperature: float) -> FixedK | AdaptiveK:
+    def _controller(self, k: int | None, temperature: float) -> Controller:
         k = k if k is not None else self.default_k
         if k is not None:
-            return FixedK(k)
+            return FixedK(k, self.p_min)
         key = round(temperature, 2)
-        if key not in self._adaptive:
-            self._adaptive[key] = AdaptiveK(times=self._step_times)
-        return self._adaptive[key]
+        ctrl = self._adaptive.pop(key, None) or AdaptiveK(times=self._step_times)
+        ctrl.p_min = self.p_min
+        self._adaptive[key] = ctrl  # most recently used last
+        while len(self._adaptive) > TEMPERATURES_KEPT:
+            self._adaptive.popitem(last=False)
+        return ctrl
 
     @contextlib.contextmanager
     def _hold(self) -> Iterator[None]:
@@ -299,12 +315,14 @@ class Engine:
             self._lock.release()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
+        """Run a whole generation (`stream`'s options) and return its text, tokens and stats."""
         parts: list[str] = []
         tokens: list[int] = []
         event = None
-        for event in self.stream(prompt, **options):
-            parts.append(event.text)
-            tokens.extend(event.tokens)
+        with self.stream(prompt, **options) as gen:
+            for event in gen:
+                parts.append(event.text)
+                tokens.extend(event.tokens)
         assert event is not None and event.finish_reason is not None
         return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
 
@@ -324,5 +342,5 @@ def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
 
 
 def _check_k(k: int | None) -> None:
-    if k is not None and not 0 <= k <= 32:
-        raise EdgespecError(f"k must be between 0 and 32 (got {k})")
+    if k is not None and not 0 <= k <= defaults.K_LIMIT:
+        raise EdgespecError(f"k must be between 0 and {defaults.K_LIMIT} (got {k})")

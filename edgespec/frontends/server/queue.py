@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .engine import Engine
-from .events import Stats, StreamEvent
+from edgespec import Engine, Generation, Stats, StreamEvent
 
 log = logging.getLogger("edgespec.server")
 
@@ -159,7 +158,7 @@ class GenerationQueue:
         self._turn = asyncio.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
 
-    async def start(self, receive: Callable[[], Any], make_stream: Callable[[], Iterator[StreamEvent]]) -> Generation:
+    async def start(self, receive: Callable[[], Any], make_stream: Callable[[], Generation]) -> Job:
         """Wait for this request's turn and open its stream (on the worker thread).
 
         Raises QueueFull when too many wait, ClientGone when the client left while
@@ -168,7 +167,7 @@ class GenerationQueue:
         if (self.running or self.waiting) and self.waiting >= self.max_waiting:
             waits = self.waiting + 1
             raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
-        job = Generation(self, receive)
+        job = Job(self, receive)
         self.waiting += 1
         try:
             await self._turn.acquire()
@@ -190,12 +189,10 @@ class GenerationQueue:
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
-    def _release(self, stream: Iterator[StreamEvent] | None) -> None:
+    def _release(self, stream: Generation | None) -> None:
         if stream is not None:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                # queued behind the step in flight, ahead of the next request's first step
-                self._worker.submit(close)
+            # queued behind the step in flight, ahead of the next request's first step
+            self._worker.submit(stream.close)
         self.running = False
         self._turn.release()
 
@@ -204,12 +201,12 @@ class GenerationQueue:
         self._worker.shutdown(wait=False, cancel_futures=True)
 
 
-class Generation:
+class Job:
     """One request's turn on the engine: `next()` runs one step; `close()` always ends it."""
 
     def __init__(self, queue: GenerationQueue, receive: Callable[[], Any]) -> None:
         self.queue = queue
-        self.stream: Iterator[StreamEvent] | None = None
+        self.stream: Generation | None = None
         self.has_turn = False
         self.gone = False
         self.finished = False
@@ -222,8 +219,8 @@ class Generation:
             while (await receive())["type"] != "http.disconnect":
                 pass
             self.gone = True
-            if self.has_turn and not self.finished:
-                self.queue.engine.cancel()  # the step in flight is the last one
+            if self.has_turn and not self.finished and self.stream is not None:
+                self.stream.cancel()  # the step in flight is the last one
 
     async def next(self) -> StreamEvent:
         assert self.stream is not None
@@ -242,8 +239,8 @@ class Generation:
         self._watch.cancel()
         if not self.has_turn:
             return
-        if not self.finished:
-            self.queue.engine.cancel()
+        if not self.finished and self.stream is not None:
+            self.stream.cancel()
         if self.last is not None:
             self.queue.metrics.observe(self.last.stats)
         self.queue._release(self.stream)

@@ -1,8 +1,10 @@
 """Choosing K, the number of draft tokens per step.
 
-A controller has two methods: `next_k()` before a step and `observe(outcome)`
-after it (the shape of transformers' CandidateGenerator). `FixedK` always
-answers the same K; K = 0 is plain decoding through the same loop.
+A controller has two methods: `plan(lag)` before a step, which returns a
+`Plan` (the K to draft, the in-step stop threshold, whether to measure the
+draft's confidence), and `observe(outcome)` after it (the shape of
+transformers' CandidateGenerator). `FixedK` always plans the same K; K = 0 is
+plain decoding through the same loop.
 
 `AdaptiveK` maximises expected tokens per second from what it measures on
 this machine (DESIGN.md, "The K controller"):
@@ -34,7 +36,10 @@ Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
 (SURE_EDGES), and `stop_threshold` finds the buckets where "this token and the
 next both accepted" is worth less than one more draft token costs (the fitted
-per-token slope). The decoder asks `stop_after(sure)` after each drafted token.
+per-token slope). The plan carries that threshold; the decoder stops drafting
+after a token whose confidence is below it. A pair's fixed `p_min` is a floor
+under the same threshold (one rule, one meaning of "sure": the draft's
+probability of the token it drafted, untempered at temperature 0).
 Pure: no model, no clock, no I/O.
 """
 
@@ -44,6 +49,20 @@ import bisect
 import statistics
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
+
+from . import defaults
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the next step does: draft up to `k` tokens (0: a plain step), stop drafting after a
+    token whose confidence is below `stop_below`, and measure that confidence when `want_sure`."""
+
+    k: int
+    stop_below: float = 0.0
+    want_sure: bool = False
+    est_speedup: float | None = None  # expected speed vs plain decoding, from measured costs
 
 
 @dataclass(frozen=True)
@@ -73,25 +92,28 @@ SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a draf
 ALWAYS = 1.01  # a threshold above every confidence: stop after each token
 
 
+class Controller(Protocol):
+    def plan(self, lag: int = 0) -> Plan:
+        """The next step's plan. `lag`: tokens the draft would have to catch up first."""
+        ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+
 class FixedK:
-    def __init__(self, k: int) -> None:
+    """Always K draft tokens (a fixed `p_min` may still stop drafting early)."""
+
+    def __init__(self, k: int, p_min: float = 0.0) -> None:
         if k < 0:
             raise ValueError("k must be >= 0")
         self.k = k
+        self._plan = Plan(k, stop_below=p_min, want_sure=p_min > 0.0)
 
-    def next_k(self, lag: int = 0) -> int:
-        return self.k
-
-    wants_sure = False  # a fixed K drafts exactly K tokens
-
-    def stop_after(self, sure: float) -> bool:
-        return False
+    def plan(self, lag: int = 0) -> Plan:
+        return self._plan
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
-
-    def estimated_speedup(self) -> float | None:
-        return None
 
 
 class _Recent:
@@ -120,7 +142,7 @@ class StepTimes:
     fitted cost line. One per engine, shared by its controllers: what a step costs does not
     depend on the temperature, only acceptance does, so a new temperature starts knowing it."""
 
-    def __init__(self, k_max: int = 10) -> None:
+    def __init__(self, k_max: int = defaults.K_MAX) -> None:
         self.k_max = k_max
         self.by_k = [_Recent() for _ in range(k_max + 1)]
         self.seen_at = [0] * (k_max + 1)  # the observation at which each K was last measured
@@ -179,19 +201,19 @@ def _line(pts: list[tuple[int, float, int]], plain: float) -> tuple[float, float
 
 
 class AdaptiveK:
-    wants_sure = True
-
     def __init__(
         self,
-        k_max: int = 10,
+        k_max: int = defaults.K_MAX,
         *,
         probe_every: int = 8,
         recover_every: int = 32,
         decay: float = 0.985,
         prior_alpha: float = 0.6,
         times: StepTimes | None = None,
+        p_min: float = 0.0,
     ) -> None:
         self.k_max = k_max
+        self.p_min = p_min  # a floor under the learned stop threshold (a pair option)
         self.probe_every = probe_every
         self.recover_every = recover_every
         self.decay = decay
@@ -202,7 +224,6 @@ class AdaptiveK:
         # ... and per bucket of the draft's confidence in the token (SURE_EDGES)
         self._sure_tried = [0.0] * (len(SURE_EDGES) + 1)
         self._sure_accepted = [0.0] * (len(SURE_EDGES) + 1)
-        self.stop_below = 0.0  # drafting stops after a token the draft is less sure of than this
         self.times = times if times is not None else StepTimes(k_max)
         if self.times.k_max != k_max:
             raise ValueError("the shared step times were made for another k_max")
@@ -257,9 +278,6 @@ class AdaptiveK:
                 edge = upper
         return edge
 
-    def stop_after(self, sure: float) -> bool:
-        return sure < self.stop_below
-
     def expected_tokens(self, k: int, alpha: list[float] | None = None) -> float:
         alpha = alpha if alpha is not None else self.alpha()
         e, run = 1.0, 1.0
@@ -302,12 +320,16 @@ class AdaptiveK:
         return self.speed(best) / plain if plain > 0 else None
 
     # -- the protocol ------------------------------------------------------------------------
-    def next_k(self, lag: int = 0) -> int:
-        """K for the next step. `lag`: tokens the draft would have to catch up first (it sat
+    def plan(self, lag: int = 0) -> Plan:
+        """The next step's plan. `lag`: tokens the draft would have to catch up first (it sat
         out plain steps); a recovery probe waits for a moment when that is cheap."""
         self.steps += 1
         best = self.best_k()
-        self.stop_below = self.stop_threshold(best) if self.steps > len(self._warmup) else 0.0
+        stop_below = self.stop_threshold(best) if self.steps > len(self._warmup) else 0.0
+        k = self._next_k(best, lag)
+        return Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup())
+
+    def _next_k(self, best: int, lag: int) -> int:
         if best > 0 and self._plain:
             # leaving plain decoding first feeds the draft every token it missed: only for a
             # clear gain, and with a long catch-up only for a large one (else at the next

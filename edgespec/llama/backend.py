@@ -23,7 +23,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from .errors import BackendError, ModelFileError
+from ..core.errors import BackendError, ModelFileError
+from .ggml_types import QUANTIZE_FTYPES
 
 log = logging.getLogger("edgespec.llama")
 _init_lock = threading.Lock()
@@ -134,7 +135,6 @@ class LlamaModel:
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._eog = np.array([bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)])
-        self.eog_ids = frozenset(int(t) for t in np.flatnonzero(self._eog))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
@@ -246,28 +246,11 @@ class LlamaModel:
         return ptr.decode("utf-8", "replace") if ptr else None
 
 
-_FTYPES = {
-    "F32": "LLAMA_FTYPE_ALL_F32",
-    "F16": "LLAMA_FTYPE_MOSTLY_F16",
-    "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
-    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
-    "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
-    "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
-    "Q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1",
-    "Q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0",
-    "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
-    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
-    "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
-    "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
-    "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K",
-}
-
-
 def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None = None) -> None:
     """Write `src` re-encoded as `qtype` (llama.cpp's quantizer; F32 dequantizes)."""
     _init()
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, _FTYPES[qtype])
+    params.ftype = getattr(llama_cpp, QUANTIZE_FTYPES[qtype])
     params.allow_requantize = True
     params.nthread = threads or default_threads()
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))

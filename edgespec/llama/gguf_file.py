@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgespec.errors import ModelFileError
-
+from ..core.errors import ModelFileError
 from .ggml_types import FILE_TYPES, GGML_TYPE_BY_NAME, GGML_TYPES, QK_K  # noqa: F401 (re-exported)
 
 GGUF_MAGIC = b"GGUF"

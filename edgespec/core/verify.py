@@ -15,10 +15,19 @@ from the RNG.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from .sampling import Dist
+
+
+class Rows(Protocol):
+    """The target's rows, indexable (the decoder computes each only when it is looked at)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> Dist: ...
 
 
 def residual(p: Dist, q: Dist) -> Dist:
@@ -35,7 +44,7 @@ def residual(p: Dist, q: Dist) -> Dist:
     return Dist(ids[keep], diff[keep] / total)
 
 
-def verify(draft: Sequence[int], q: Sequence[Dist], p: Sequence[Dist], rng: np.random.Generator) -> tuple[int, int]:
+def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: np.random.Generator) -> tuple[int, int]:
     """Check K draft tokens against the target.
 
     `q[i]` is the draft distribution draft[i] was sampled from, `p[i]` the

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import EdgespecError
+from edgespec import EdgespecError, Engine
 
 PROMPTS = {
     "code": "Write a Python function that parses a CSV file and returns the average of each numeric column.",
@@ -141,8 +141,7 @@ def p_min_table(args: argparse.Namespace, engine: Any) -> list[dict]:
 
 def quant_table(args: argparse.Namespace, cfg: Any) -> list[dict]:
     """Acceptance of drafts at several quantizations under the demo target (greedy and T=0.8)."""
-    from .engine import Engine
-    from .models import prepare
+    from edgespec.llama.models import prepare
 
     target = prepare(cfg, cfg.pair(args.pair).target)
     rows = []
@@ -161,8 +160,6 @@ def quant_table(args: argparse.Namespace, cfg: Any) -> list[dict]:
 def bad_pair(args: argparse.Namespace) -> dict | None:
     if not args.bad_pair:
         return None
-    from .engine import Engine
-
     out: dict[str, Any] = {"pair": args.bad_pair, "temperature": 1.0, "prompts": {}}
     with Engine.from_pair(args.bad_pair, args.config) as eng:
         for name in _names(args.prompts):
@@ -206,14 +203,14 @@ def _check_args(args: argparse.Namespace, cfg: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from . import native as native_mod
-    from .bench_report import write_reports
-    from .cli import _logging
-    from .config import load_config
-    from .engine import Engine
-    from .models import prepare_pair
+    from edgespec.frontends.options import setup_logging
+    from edgespec.llama.config import load_config
+    from edgespec.llama.models import prepare_pair
 
-    _logging(args.verbose)
+    from . import native as native_mod
+    from .report import write_reports
+
+    setup_logging(args.verbose)
     cfg = load_config(args.config)
     _check_args(args, cfg)
     target, draft = prepare_pair(cfg, args.pair)
@@ -239,7 +236,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             repeats=1,  # the cells run it again, interleaved
         )
     with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
-        result["threads"] = engine.info().get("threads")
+        result["threads"] = engine.info().threads
         result["cells"] = bench_cells(args, engine, (target, draft), native)
         result["p_min"] = [] if args.no_p_min else p_min_table(args, engine)
     result["quantization"] = quant_table(args, cfg)

@@ -16,12 +16,9 @@ accepted and ignored; responses name the loaded pair).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
-import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -33,12 +30,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from . import cli
-from .engine import Engine
-from .errors import ContextFullError, EdgespecError
-from .events import StreamEvent
-from .server_http import Guard, allowed_host_names, check_bind, error_body
-from .server_openai import (
+from edgespec import ContextFullError, EdgespecError, Engine, StreamEvent, defaults
+
+from .guard import Guard, allowed_host_names, check_bind, error_body
+from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
+from .schema import (
     COMPLETION_RESPONSES,
     ERRORS,
     ChatFormat,
@@ -50,16 +46,12 @@ from .server_openai import (
     message_text,
     sse_data,
 )
-from .server_queue import ClientGone, Generation, GenerationQueue, Metrics, QueueFull
 
 log = logging.getLogger("edgespec.server")
 
 DEFAULTS: dict[str, Any] = dict(
-    max_tokens=256,
-    temperature=0.8,
-    top_k=40,
-    top_p=0.95,
-    min_p=0.05,
+    max_tokens=defaults.MAX_TOKENS,
+    **defaults.SAMPLING,
     seed=None,
     k=None,
     speculative=True,
@@ -71,15 +63,15 @@ def create_app(
     engine: Engine,
     *,
     api_key: str | None = None,
-    host: str = "127.0.0.1",
-    port: int = 8080,
+    host: str = defaults.HOST,
+    port: int = defaults.PORT,
     cors_origin: str | None = None,
-    max_queue: int = 8,
+    max_queue: int = defaults.QUEUE,
     defaults: dict[str, Any] | None = None,
     allowed_hosts: tuple[str, ...] = (),
 ) -> FastAPI:
     """The ASGI app. `defaults`: sampling options for fields a request leaves out
-    (as `cli.sampling_options` returns them). `port` is informational."""
+    (as `options.sampling_options` returns them). `port` is informational."""
     check_bind(host, api_key)
     if max_queue < 0:
         raise EdgespecError(f"the queue bound must be >= 0 (got {max_queue})")
@@ -188,7 +180,7 @@ async def _complete(
 class _EventStream(StreamingResponse):
     """An SSE response that ends its generation however the response ends."""
 
-    def __init__(self, job: Generation, chunks: AsyncIterator[str]) -> None:
+    def __init__(self, job: Job, chunks: AsyncIterator[str]) -> None:
         super().__init__(
             chunks,
             media_type="text/event-stream",
@@ -203,7 +195,7 @@ class _EventStream(StreamingResponse):
             self.job.close()
 
 
-async def _sse(job: Generation, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
+async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
     yield sse_data(fmt.chunk(None, None, first=True))
     while True:
         if event.text:
@@ -286,82 +278,3 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Ite
         server.should_exit = True
         thread.join(10)
         sock.close()
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "serve",
-        help="a local OpenAI-compatible endpoint (chat and completions, streamed)",
-        description="Serve the pair at http://HOST:PORT/v1 (OpenAI-compatible). The sampling "
-        "options are defaults for fields a request leaves out.",
-    )
-    cli.add_model_args(p)
-    cli.add_sampling_args(p)
-    g = p.add_argument_group("server")
-    g.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default 127.0.0.1; anything else needs an API key)",
-    )
-    g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    g.add_argument(
-        "--api-key",
-        default=None,
-        help="require 'Authorization: Bearer KEY' (default: $EDGESPEC_API_KEY; the variable keeps the key out of `ps`)",
-    )
-    g.add_argument(
-        "--cors-origin",
-        default=None,
-        help="let browser pages from this one origin call the server (default: no CORS)",
-    )
-    g.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also accept this Host header (the name remote clients use; repeatable)",
-    )
-    g.add_argument(
-        "--queue",
-        type=int,
-        default=8,
-        help="requests that may wait for the engine; more get 503 (default 8)",
-    )
-    p.set_defaults(func=cmd_serve)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
-    check_bind(args.host, api_key)  # before minutes of model loading
-    if not 0 < args.port < 65536:
-        raise EdgespecError(f"--port must be between 1 and 65535 (got {args.port})")
-    engine = cli.engine_from_args(args)
-    for w in engine.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    app = create_app(
-        engine,
-        api_key=api_key,
-        host=args.host,
-        port=args.port,
-        cors_origin=args.cors_origin,
-        max_queue=args.queue,
-        defaults=cli.sampling_options(args),
-        allowed_hosts=tuple(args.allow_host),
-    )
-    bound = f"[{args.host}]" if ":" in args.host else args.host
-    print(
-        f"edgespec: serving {engine.name} at http://{bound}:{args.port}/v1"
-        f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
-        file=sys.stderr,
-    )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="info" if args.verbose else "warning",
-        server_header=False,
-        timeout_graceful_shutdown=3,
-    )
-    return 0

@@ -26,40 +26,17 @@ import threading
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
-from .controller import StepOutcome
+from .controller import Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
 from .events import Stats
+from .model import Model
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
 PREFILL_CHUNK = 512
-
-
-class Model(Protocol):
-    n_vocab: int
-    n_ctx: int
-
-    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray: ...
-
-    def trim(self, n_keep: int) -> None: ...
-
-    def is_eog(self, token: int) -> bool: ...
-
-
-class Controller(Protocol):
-    wants_sure: bool  # whether to measure the draft's confidence in each drafted token
-
-    def next_k(self, lag: int = 0) -> int: ...
-
-    def stop_after(self, sure: float) -> bool: ...
-
-    def observe(self, outcome: StepOutcome) -> None: ...
-
-    def estimated_speedup(self) -> float | None: ...
 
 
 def _snapshot(stats: Stats) -> Stats:
@@ -117,11 +94,24 @@ class Cache:
 
 
 @dataclass(frozen=True)
+class Request:
+    """One generation's settings: what `Decoder.run` needs besides the prompt."""
+
+    params: SamplingParams
+    controller: Controller
+    max_tokens: int
+    rng: np.random.Generator
+    speculative: bool = True
+    cancel: threading.Event | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...]
     stats: Stats
     finish_reason: str | None = None
+    k: int = 0  # the K the controller planned for this step (the step may draft fewer)
 
 
 class _TargetRows:
@@ -150,18 +140,7 @@ class Decoder:
         self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
         self.committed: list[int] = []
 
-    def run(
-        self,
-        prompt: Sequence[int],
-        params: SamplingParams,
-        controller: Controller,
-        *,
-        max_tokens: int,
-        speculative: bool = True,
-        rng: np.random.Generator,
-        cancel: threading.Event | None = None,
-        p_min: float = 0.0,
-    ) -> Generator[Step, None, None]:
+    def run(self, prompt: Sequence[int], req: Request) -> Generator[Step, None, None]:
         if not prompt:
             raise EdgespecError("the prompt is empty; give at least one token")
         if len(prompt) >= self.n_ctx:
@@ -169,46 +148,51 @@ class Decoder:
                 f"the prompt is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "shorten it, start a new chat, or load with a larger n_ctx"
             )
-        draft = self.draft if speculative else None
+        draft = self.draft if req.speculative else None
         stats = Stats(n_prompt=len(prompt), speculative=draft is not None)
         self.committed = list(prompt)
         t0 = time.perf_counter()
         try:
-            stats.n_prefilled = self.target.sync(self.committed[:-1], cancel) + 1
+            stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
             if draft is not None:
-                draft.sync(self.committed[:-1], cancel)
+                draft.sync(self.committed[:-1], req.cancel)
             stats.prefill_s = time.perf_counter() - t0
-            yield from self._loop(params, controller, draft, stats, max_tokens, rng, cancel, p_min)
+            yield from self._loop(req, draft, stats)
         finally:
             self._restore()
 
-    def _loop(self, params, controller, draft, stats, max_tokens, rng, cancel, p_min):  # noqa: ANN001
+    def _loop(self, req: Request, draft: Cache | None, stats: Stats) -> Generator[Step, None, None]:
         committed = self.committed
         while True:
             t_top = time.perf_counter()
-            if cancel is not None and cancel.is_set():
+            if req.cancel is not None and req.cancel.is_set():
                 yield self._final(stats, "cancelled")
                 return
             room = self.n_ctx - len(committed)
-            left = max_tokens - stats.n_generated
+            left = req.max_tokens - stats.n_generated
             if room <= 0 or left <= 0:
                 yield self._final(stats, "length")
                 return
-            k = 0
+            plan, k = Plan(0), 0
             if draft is not None:
                 lag = len(committed) - 1 - len(draft.tokens)  # what the draft would catch up first
-                k = max(0, min(controller.next_k(lag), room - 1, left - 1))
-            if k and len(draft.tokens) < len(committed) - 2:
+                plan = req.controller.plan(lag)
+                k = max(0, min(plan.k, room - 1, left - 1))
+            if draft is not None and k and len(draft.tokens) < len(committed) - 2:
                 # the draft sat out plain steps: catch it up outside the step the controller times
                 t_catch = time.perf_counter()
                 draft.sync(committed[:-1])
                 stats.draft_s += time.perf_counter() - t_catch
             t_step = time.perf_counter()
-            drafts, qs, sure = self._draft(draft, k, params, rng, p_min, controller) if k else ([], [], [])
+            drafts: list[int] = []
+            qs: list[Dist] = []
+            sure: list[float] = []
+            if draft is not None and k:
+                drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan)
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
-            a, token = verify(drafts, qs, _TargetRows(rows, params), rng)
+            a, token = verify(drafts, qs, _TargetRows(rows, req.params), req.rng)
             new = [*drafts[:a], token]
             emit, finish = new, None
             for i, tok in enumerate(new):
@@ -223,19 +207,32 @@ class Decoder:
             if draft is not None:
                 draft.cut(min(common_prefix(draft.tokens, committed), len(committed) - 1))
             t_end = time.perf_counter()
-            outcome = StepOutcome(len(drafts), a, t_verify - t_step, t_sample - t_verify, t_end - t_step, tuple(sure))
-            controller.observe(outcome)
-            self._account(stats, controller, outcome, len(emit), time.perf_counter() - t_top)
-            from_draft = [True] * min(a, len(emit)) + [False] * (len(emit) - min(a, len(emit)))
-            yield Step(tuple(emit), tuple(from_draft), _snapshot(stats), finish)
+            outcome = StepOutcome(
+                k=len(drafts),
+                n_accepted=a,
+                draft_s=t_verify - t_step,
+                verify_s=t_sample - t_verify,
+                step_s=t_end - t_step,
+                sure=tuple(sure),
+            )
+            req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
+            self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
+            n_draft = min(a, len(emit))
+            from_draft = (True,) * n_draft + (False,) * (len(emit) - n_draft)
+            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k)
             if finish is not None:
                 return
 
-    def _draft(self, draft: Cache, k: int, params, rng, p_min: float, controller: Controller):  # noqa: ANN001
-        """Up to k draft tokens. Drafting stops early, before sampling, when the draft's row
-        is less sure than p_min (a pair option), or after a token the controller judges too
-        unsure to build on. Both look only at the draft's side, never at the target, so the
-        output stays the target's: the verify rule only needs each x_i to be a sample of q_i."""
+    def _draft(
+        self, draft: Cache, k: int, params: SamplingParams, rng: np.random.Generator, plan: Plan
+    ) -> tuple[list[int], list[Dist], list[float]]:
+        """Up to k draft tokens, and the draft's confidence in each when the plan wants it.
+
+        Drafting stops after a token the draft is less sure of than `plan.stop_below` (that
+        token is still verified). The rule looks only at the draft's side, never at the
+        target, so the output stays the target's: verify only needs each x_i to be a sample
+        of q_i. Confidence is q(x) of the token drawn, or at temperature 0 (one-hot q) the
+        untempered probability of the argmax."""
         feed = self.committed[len(draft.tokens) :]
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
@@ -245,27 +242,20 @@ class Decoder:
         sures: list[float] = []
         for i in range(k):
             q = to_dist(row, params)
-            sure_of_row = confidence(row, q, params) if p_min > 0.0 and i > 0 else None
-            if sure_of_row is not None and sure_of_row < p_min:
-                break
             x = q.sample(rng)
             drafts.append(x)
             qs.append(q)
-            if controller.wants_sure:
-                # greedy: the untempered top probability; sampled: q(x) of the token drawn
-                if params.greedy:
-                    sures.append(sure_of_row if sure_of_row is not None else confidence(row, q, params))
-                else:
-                    sures.append(q.prob(x))
-                if controller.stop_after(sures[-1]):
+            if plan.want_sure:
+                sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
+                if sures[-1] < plan.stop_below:
                     break
             if i + 1 < k:
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
         return drafts, qs, sures
 
-    def _account(self, stats: Stats, controller: Controller, o: StepOutcome, n_emit: int, busy_s: float) -> None:
+    def _account(self, stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float) -> None:
         stats.steps += 1
-        stats.k = o.k
+        stats.k = plan.k
         stats.n_generated += n_emit
         stats.n_drafted += o.k
         stats.n_accepted += o.n_accepted
@@ -280,7 +270,7 @@ class Decoder:
             stats.accepted_per_position[i] += i < o.n_accepted
         stats.decode_s += busy_s  # time inside the generator only, not the consumer's
         stats.elapsed_s = stats.prefill_s + stats.decode_s
-        stats.est_speedup = controller.estimated_speedup()
+        stats.est_speedup = plan.est_speedup
 
     def _final(self, stats: Stats, reason: str) -> Step:
         return Step((), (), _snapshot(stats), reason)

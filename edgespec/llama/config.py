@@ -13,28 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..core import defaults
+from ..core.errors import ConfigError
+from .ggml_types import QUANTIZE_FTYPES
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-QUANT_TYPES = (
-    "F32",
-    "F16",
-    "BF16",
-    "Q8_0",
-    "Q6_K",
-    "Q5_K_M",
-    "Q5_1",
-    "Q5_0",
-    "Q4_K_M",
-    "Q4_1",
-    "Q4_0",
-    "Q3_K_M",
-    "Q2_K",
-)
+QUANT_TYPES = tuple(QUANTIZE_FTYPES)
 
 BUILTIN: dict[str, Any] = {
     "models": {
@@ -46,10 +34,11 @@ BUILTIN: dict[str, Any] = {
 
 
 def home() -> Path:
+    """`$EDGESPEC_HOME`, else `$XDG_CACHE_HOME/edgespec`, else `~/.cache/edgespec`."""
     if os.environ.get("EDGESPEC_HOME"):
         return Path(os.environ["EDGESPEC_HOME"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "edgespec"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "edgespec"
 
 
 @dataclass(frozen=True)
@@ -75,7 +64,7 @@ class PairEntry:
     draft: str | None
     k: int | None = None  # None: adaptive
     p_min: float | None = None
-    n_ctx: int = 4096
+    n_ctx: int = defaults.N_CTX
 
 
 @dataclass(frozen=True)
@@ -104,7 +93,7 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
     candidates = [
         os.environ.get("EDGESPEC_CONFIG"),
         "models.toml",
-        Path(__file__).resolve().parent.parent / "models.toml",
+        Path(__file__).resolve().parents[2] / "models.toml",
         home() / "models.toml",
     ]
     for c in candidates:
@@ -192,12 +181,12 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
         if (key == "target" and v is None) or (v is not None and v not in models):
             raise ConfigError(f"{where}.{key} must name a model under [models]")
     k = t.get("k", "auto")
-    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= 32):
-        raise ConfigError(f'{where}.k must be "auto" or an integer 0..32')
+    if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= defaults.K_LIMIT):
+        raise ConfigError(f'{where}.k must be "auto" or an integer 0..{defaults.K_LIMIT}')
     p_min = _get(t, "p_min", (int, float), where)
     if p_min is not None and not 0 <= p_min <= 1:
         raise ConfigError(f"{where}.p_min must be between 0 and 1")
-    n_ctx = _get(t, "n_ctx", int, where, 4096)
+    n_ctx = _get(t, "n_ctx", int, where, defaults.N_CTX)
     if n_ctx < 64:
         raise ConfigError(f"{where}.n_ctx must be at least 64")
     return PairEntry(

@@ -8,6 +8,15 @@ server's responses and the TUI's status bar read.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
+
+
+class Segment(NamedTuple):
+    """A piece of a step's text and where its tokens came from: "draft" (a draft token the
+    target accepted) or "target" (the target's own correction or bonus token)."""
+
+    text: str
+    source: str
 
 
 @dataclass
@@ -20,7 +29,7 @@ class Stats:
     n_drafted: int = 0  # draft tokens proposed (llama.cpp: draft_n)
     n_accepted: int = 0  # draft tokens accepted (llama.cpp: draft_n_accepted)
     steps: int = 0  # speculative steps (target forward passes after prefill)
-    k: int = 0  # K used by the last step (0 = plain decoding)
+    k: int = 0  # K the controller chose for the last step (0 = plain decoding)
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
@@ -64,12 +73,14 @@ class StreamEvent:
     """One speculative step's worth of output.
 
     `text` is the newly committed text (never half a UTF-8 character; text that
-    may still become a stop string is held back until it cannot). `tokens` are
-    the new token ids, `from_draft[i]` says whether tokens[i] was a draft token
-    the target accepted (False: the target's own correction or bonus token).
-    `finish_reason` is set on the last event only: "stop" (end-of-generation
-    token or stop string), "length" (max_tokens or the context limit) or
-    "cancelled".
+    may still become a stop string is held back until it cannot), and
+    `segments` the same text split by source (their texts join to `text`).
+    `tokens` are the new token ids, `from_draft[i]` says whether tokens[i] was
+    a draft token the target accepted (False: the target's own correction or
+    bonus token). `k` is the K the controller chose for the step (a step near
+    max_tokens or the context end may draft fewer). `finish_reason` is set on
+    the last event only: "stop" (end-of-generation token or stop string),
+    "length" (max_tokens or the context limit) or "cancelled".
     """
 
     text: str
@@ -77,6 +88,8 @@ class StreamEvent:
     from_draft: tuple[bool, ...]
     stats: Stats
     finish_reason: str | None = None
+    segments: tuple[Segment, ...] = ()
+    k: int = 0
 
 
 @dataclass(frozen=True)

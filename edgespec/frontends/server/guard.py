@@ -23,7 +23,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import EdgespecError
+from edgespec import EdgespecError
 
 MAX_BODY = 1024 * 1024
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import defaults
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.8
-    top_k: int = 40  # <= 0: disabled
-    top_p: float = 0.95  # >= 1: disabled
-    min_p: float = 0.05  # <= 0: disabled
+    temperature: float = defaults.TEMPERATURE
+    top_k: int = defaults.TOP_K  # <= 0: disabled
+    top_p: float = defaults.TOP_P  # >= 1: disabled
+    min_p: float = defaults.MIN_P  # <= 0: disabled
     seed: int | None = None
 
     @property
@@ -53,9 +55,6 @@ class Dist:
     def prob(self, token: int) -> float:
         hit = np.flatnonzero(self.ids == token)
         return float(self.probs[hit[0]]) if hit.size else 0.0
-
-    def argmax(self) -> int:
-        return int(self.ids[int(np.argmax(self.probs))])
 
     def sample(self, rng: np.random.Generator) -> int:
         if self.ids.size == 1:

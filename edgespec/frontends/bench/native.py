@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edgespec.errors import EdgespecError
+from edgespec.core.errors import EdgespecError
+from edgespec.llama.config import home
 
 log = logging.getLogger("edgespec.native")
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -55,19 +56,9 @@ class NativeError(EdgespecError):
 # --------------------------------------------------------------------------- paths
 
 
-def edgespec_home() -> Path:
-    """`$EDGESPEC_HOME`, else `$XDG_CACHE_HOME/edgespec`, else `~/.cache/edgespec`."""
-    home = os.environ.get("EDGESPEC_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "edgespec"
-
-
 def native_dir() -> Path:
     """Cache folder for the native build of the pinned llama.cpp."""
-    return edgespec_home() / "native" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
+    return home() / "native" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
 
 
 def bin_dir() -> Path:

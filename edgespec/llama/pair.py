@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgespec.errors import ConfigError, MemoryPreflightError, PairError
-from edgespec.gguf_file import GGML_TYPE_BY_NAME, GGUFInfo
+from ..core.errors import ConfigError, MemoryPreflightError, PairError
+from ..core.info import LiveVerdict, PairVerdict
+from .gguf_file import GGML_TYPE_BY_NAME, GGUFInfo
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in llama.cpp
 VOCAB_CHECK_START_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are often special
@@ -202,7 +203,7 @@ def _host_share(info: GGUFInfo, gpu_layers: int) -> float:
     return 1.0 - min(max(gpu_layers, 0), n) / n
 
 
-def pair_verdict(target: GGUFInfo, draft: GGUFInfo) -> dict[str, Any]:
+def pair_verdict(target: GGUFInfo, draft: GGUFInfo) -> PairVerdict:
     """What `edgespec inspect TARGET DRAFT` reports: compatible, messages, warnings."""
     messages: list[str] = []
     try:
@@ -222,14 +223,14 @@ def pair_verdict(target: GGUFInfo, draft: GGUFInfo) -> dict[str, Any]:
             f"architectures differ (target {target.architecture}, draft {draft.architecture}); "
             "acceptance may be low, prefer a draft from the same model family"
         )
-    return {"compatible": not messages, "messages": messages, "warnings": warnings}
+    return PairVerdict(not messages, tuple(messages), tuple(warnings))
 
 
 LIVE_MIN_DRAFTED = 64
 LIVE_LOW_ACCEPTANCE = 0.8  # same-model drafts at Q4 and up measure 0.9-0.99 (docs/bench.md)
 
 
-def live_quantization_verdict(report: QuantReport, n_drafted: int, n_accepted: int) -> str | None:
+def live_quantization_verdict(report: QuantReport, n_drafted: int, n_accepted: int) -> LiveVerdict | None:
     """Confirm or retract the static asymmetry warning from measured acceptance.
 
     None until enough draft tokens were seen, and for pairs without an asymmetry warning.
@@ -238,12 +239,14 @@ def live_quantization_verdict(report: QuantReport, n_drafted: int, n_accepted: i
         return None
     rate = n_accepted / n_drafted
     if rate < LIVE_LOW_ACCEPTANCE:
-        return (
+        return LiveVerdict(
+            True,
             f"confirmed: the {report.draft_quant} draft accepts only {100 * rate:.0f}% of {n_drafted} draft "
             f"tokens under the {report.target_quant} target; use a higher-bit draft of the same model "
-            "(Q8_0 or Q4_K_M) for more speed"
+            "(Q8_0 or Q4_K_M) for more speed",
         )
-    return (
+    return LiveVerdict(
+        False,
         f"the {report.draft_quant} draft accepts {100 * rate:.0f}% of {n_drafted} draft tokens: "
-        "its low bit width is not hurting this pair"
+        "its low bit width is not hurting this pair",
     )

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import StreamEvent
+from edgespec import StreamEvent, defaults
 
 Stop = Annotated[str, Field(max_length=256)]
 
@@ -27,17 +27,19 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1, description="clamped to the context size")
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, description="extension; <= 0 disables it")
-    min_p: float | None = Field(None, ge=0, le=1, description="extension")
+    max_tokens: int | None = Field(
+        None, ge=1, description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); clamped to the context"
+    )
+    temperature: float | None = Field(None, ge=0, description=f"default {defaults.TEMPERATURE}")
+    top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
+    top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
+    min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
     seed: int | None = None
     stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None
     stream: bool | None = False
     n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
     speculative: bool | None = Field(None, description="extension; false: plain decoding")
-    k: int | None = Field(None, ge=0, le=32, description="extension; fixed draft length")
+    k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
 
 
 class TextPart(BaseModel):

@@ -58,3 +58,21 @@ FILE_TYPES: dict[int, str] = {
     37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0",
 }
 # fmt: on
+
+# the quantization types models.toml may ask for (`quantize = ...`), with the name of
+# llama.cpp's file type constant that its quantizer takes for each
+QUANTIZE_FTYPES = {
+    "F32": "LLAMA_FTYPE_ALL_F32",
+    "F16": "LLAMA_FTYPE_MOSTLY_F16",
+    "BF16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+    "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+    "Q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1",
+    "Q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0",
+    "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+    "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+    "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K",
+}

@@ -20,8 +20,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.errors import ConfigError, ModelFileError
 from .config import Config, ModelEntry
-from .errors import ConfigError, ModelFileError
 from .gguf_file import read_gguf
 
 log = logging.getLogger("edgespec.models")

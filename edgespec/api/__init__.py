@@ -1,0 +1,1 @@
+"""The public API: `Engine` and its per-generation handle `Generation`."""

@@ -1,0 +1,25 @@
+"""Every default a user can see, defined once.
+
+argparse, the server's request model, the chat, `Engine.stream` and the
+README's tables all read these names; a test checks the README against them.
+"""
+
+from __future__ import annotations
+
+# sampling (llama.cpp's default chain: top-k, top-p, min-p, then temperature)
+TEMPERATURE = 0.8  # 0 = greedy
+TOP_K = 40  # <= 0: disabled
+TOP_P = 0.95  # >= 1: disabled
+MIN_P = 0.05  # <= 0: disabled
+
+MAX_TOKENS = 256  # tokens generated per request unless asked otherwise
+N_CTX = 4096  # context size of both models
+K_LIMIT = 32  # largest fixed K a request or a pair may ask for
+K_MAX = 10  # largest K the adaptive controller tries
+
+# the server
+HOST = "127.0.0.1"
+PORT = 8080
+QUEUE = 8  # requests that may wait for the engine
+
+SAMPLING = {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P, "min_p": MIN_P}

@@ -1,0 +1,148 @@
+"""The `edgespec` command: run, inspect and models here; serve, bench and chat come from
+the `edgespec.commands` entry points, so that no frontend imports another.
+
+Every error a user can cause is an EdgespecError: it is printed as one line on
+stderr and the command exits with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from .options import (
+    add_model_args,
+    add_sampling_args,
+    engine_from_args,
+    format_stats,
+    run_command,
+    sampling_options,
+)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    engine = engine_from_args(args)
+    shown = list(engine.warnings)
+    for w in shown:
+        print(f"warning: {w}", file=sys.stderr)
+    opts = sampling_options(args)
+    if args.stop:
+        opts["stop"] = args.stop
+    if args.json:
+        res = engine.generate(prompt, raw=args.raw, **opts)
+        print(
+            json.dumps(
+                {
+                    "text": res.text,
+                    "tokens": res.tokens,
+                    "finish_reason": res.finish_reason,
+                    "stats": res.stats.as_dict(),
+                    "warnings": res.warnings,
+                }
+            )
+        )
+        return 0
+    event = None
+    for event in engine.stream(prompt, raw=args.raw, **opts):
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    if event is not None:
+        print(f"[{event.finish_reason}] {format_stats(event.stats)}", file=sys.stderr)
+    for w in engine.warnings:
+        if w not in shown:  # e.g. the measured verdict on a low-bit draft
+            print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from edgespec.llama.gguf_file import describe, read_gguf
+    from edgespec.llama.pair import pair_verdict
+
+    infos = [read_gguf(p) for p in args.paths]
+    out: dict[str, Any] = {"models": [describe(i) for i in infos]}
+    if len(infos) == 2:
+        out["pair"] = pair_verdict(infos[0], infos[1]).as_dict()
+    if args.json:
+        print(json.dumps(out, default=str))
+        return 0
+    for role, facts in zip(("target", "draft") if len(infos) == 2 else ("model",), out["models"]):
+        print(f"{role}:")
+        for key, value in facts.items():
+            print(f"  {key:16} {value}")
+    if "pair" in out:
+        v = out["pair"]
+        print(f"pair: {'compatible' if v['compatible'] else 'NOT compatible'}")
+        for m in [*v.get("messages", []), *v.get("warnings", [])]:
+            print(f"  - {m}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from edgespec.llama.config import load_config
+    from edgespec.llama.models import is_ready, prepare_pair
+
+    cfg = load_config(args.config)
+    if args.action == "prepare":
+        for name in args.names or ["demo"]:
+            target, draft = prepare_pair(cfg, name)
+            print(f"{name}: target {target}" + (f", draft {draft}" if draft else ""))
+        return 0
+    print(f"# {cfg.source}")
+    for m in cfg.models.values():
+        src = str(m.path) if m.path else m.wheel or f"{m.derive} -> {m.quantize}"
+        print(f"model {m.name:22} {'ready' if is_ready(m) else 'not prepared':13} {src}")
+    for p in cfg.pairs.values():
+        ready = is_ready(cfg.model(p.target)) and (p.draft is None or is_ready(cfg.model(p.draft)))
+        print(
+            f"pair  {p.name:22} {'ready' if ready else 'not prepared':13} {p.target} + {p.draft}"
+            f" (k={'auto' if p.k is None else p.k})"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgespec", description="Lossless speculative decoding for local GGUF models")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="generate once and print the text and speculation stats")
+    add_model_args(run)
+    add_sampling_args(run)
+    run.add_argument("--prompt", default="Explain in two sentences why the sky is blue.", help="text, or - for stdin")
+    run.add_argument("--raw", action="store_true", help="tokenize the prompt as is (no chat template)")
+    run.add_argument("--stop", action="append", help="stop string (repeatable)")
+    run.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    run.set_defaults(func=cmd_run)
+
+    ins = sub.add_parser("inspect", help="facts of a GGUF file, and the verdict for a target/draft pair")
+    ins.add_argument("paths", nargs="+", metavar="PATH")
+    ins.add_argument("--json", action="store_true")
+    ins.set_defaults(func=cmd_inspect)
+
+    mod = sub.add_parser("models", help="list models.toml entries or prepare them")
+    mod.add_argument("action", choices=["list", "prepare"])
+    mod.add_argument("names", nargs="*", help="pairs to prepare (default: demo)")
+    mod.add_argument("--config")
+    mod.set_defaults(func=cmd_models)
+
+    # serve, bench and chat register themselves through entry points (pyproject.toml): the
+    # CLI does not import the other frontends, and this package never imports textual
+    for ep in sorted(entry_points(group="edgespec.commands"), key=lambda e: e.name):
+        ep.load()(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "command", None) == "inspect" and len(args.paths) > 2:
+        parser.error("inspect takes one or two paths")
+    return run_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""What every frontend shares: the model and sampling options, loading an engine from them,
+logging, and the one-line stats summary.
+
+The CLI's `run`, `edgespec serve`, `edgespec chat` and the bench all read their
+options through here; every default comes from `edgespec.defaults`. Nothing
+here imports another frontend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from edgespec import EdgespecError, Engine, Stats, defaults
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--pair", help="a pair from models.toml (default: demo)")
+    g.add_argument("--target", help="path to the target GGUF (instead of --pair)")
+    g.add_argument("--draft", help="path to the draft GGUF (with --target)")
+    g.add_argument("--config", help="models.toml to read (default: search, see README)")
+    g.add_argument("--n-ctx", type=int, default=None, help=f"context size (default {defaults.N_CTX})")
+    g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
+    g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers to offload")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)
+    g.add_argument("--temperature", type=float, default=defaults.TEMPERATURE, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=defaults.TOP_K)
+    g.add_argument("--top-p", type=float, default=defaults.TOP_P)
+    g.add_argument("--min-p", type=float, default=defaults.MIN_P)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--k", type=int, default=None, help="fixed number of draft tokens (default: adaptive)")
+    g.add_argument("--no-spec", action="store_true", help="plain decoding, no draft model")
+
+
+def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`Engine.stream` keywords from the sampling options."""
+    return dict(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=args.seed,
+        k=args.k,
+        speculative=not args.no_spec,
+    )
+
+
+def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> Engine:
+    """Load the engine a command's model options describe."""
+    setup_logging(args.verbose)
+    if args.target is None and args.draft is not None:
+        raise EdgespecError("--draft needs --target (or use --pair NAME)")
+    if args.target is not None:
+        if args.pair is not None:
+            raise EdgespecError("give either --pair or --target/--draft, not both")
+        return Engine.load(
+            args.target,
+            None if args.no_spec else args.draft,
+            n_ctx=args.n_ctx or defaults.N_CTX,
+            n_gpu_layers=args.n_gpu_layers or 0,
+            draft_n_gpu_layers=args.draft_n_gpu_layers,
+            threads=args.threads,
+            k=args.k,
+        )
+    return Engine.from_pair(
+        args.pair or "demo",
+        args.config,
+        with_draft=not args.no_spec,
+        progress=progress,
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.n_gpu_layers,
+        draft_n_gpu_layers=args.draft_n_gpu_layers,
+        threads=args.threads,
+        k=args.k,
+    )
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("edgespec.llama").setLevel(logging.ERROR)
+        logging.getLogger("edgespec").setLevel(logging.ERROR)  # warnings are printed by the commands
+
+
+def format_stats(s: Stats) -> str:
+    line = (
+        f"{s.n_generated} tokens in {s.decode_s:.2f}s = {s.tokens_per_s:.1f} tok/s (prefill {s.n_prefilled} "
+        f"tokens {s.prefill_s:.2f}s)"
+    )
+    if s.speculative:
+        line += (
+            f" | drafted {s.n_drafted}, accepted {s.n_accepted} ({100 * s.acceptance_rate:.0f}%), "
+            f"{s.tokens_per_step:.2f} tokens/step, K={s.k}"
+        )
+    line += f" | time: draft {s.draft_s:.2f}s, verify {s.verify_s:.2f}s, python {s.python_s:.2f}s"
+    return line
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; a user's error is one line on stderr and exit code 2."""
+    try:
+        return int(args.func(args) or 0)
+    except EdgespecError as err:
+        print(f"edgespec: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgespec: interrupted", file=sys.stderr)
+        return 130

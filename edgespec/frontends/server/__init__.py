@@ -1,0 +1,1 @@
+"""`edgespec serve`: a local OpenAI-compatible endpoint."""

@@ -1,0 +1,97 @@
+"""`edgespec serve`: the subcommand (registered through the `edgespec.commands` entry point).
+
+Options are checked before minutes of model loading; the app itself (and
+FastAPI) is imported only when the command runs, so other commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from edgespec import EdgespecError, defaults
+from edgespec.frontends import options as shared
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="a local OpenAI-compatible endpoint (chat and completions, streamed)",
+        description="Serve the pair at http://HOST:PORT/v1 (OpenAI-compatible). The sampling "
+        "options are defaults for fields a request leaves out.",
+    )
+    shared.add_model_args(p)
+    shared.add_sampling_args(p)
+    g = p.add_argument_group("server")
+    g.add_argument(
+        "--host",
+        default=defaults.HOST,
+        help=f"address to bind (default {defaults.HOST}; anything else needs an API key)",
+    )
+    g.add_argument("--port", type=int, default=defaults.PORT, help=f"port (default {defaults.PORT})")
+    g.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' (default: $EDGESPEC_API_KEY; the variable keeps the key out of `ps`)",
+    )
+    g.add_argument(
+        "--cors-origin",
+        default=None,
+        help="let browser pages from this one origin call the server (default: no CORS)",
+    )
+    g.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also accept this Host header (the name remote clients use; repeatable)",
+    )
+    g.add_argument(
+        "--queue",
+        type=int,
+        default=defaults.QUEUE,
+        help=f"requests that may wait for the engine; more get 503 (default {defaults.QUEUE})",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .guard import check_bind
+
+    api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
+    check_bind(args.host, api_key)  # before minutes of model loading
+    if not 0 < args.port < 65536:
+        raise EdgespecError(f"--port must be between 1 and 65535 (got {args.port})")
+    engine = shared.engine_from_args(args)
+    for w in engine.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    app = create_app(
+        engine,
+        api_key=api_key,
+        host=args.host,
+        port=args.port,
+        cors_origin=args.cors_origin,
+        max_queue=args.queue,
+        defaults=shared.sampling_options(args),
+        allowed_hosts=tuple(args.allow_host),
+    )
+    bound = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"edgespec: serving {engine.name} at http://{bound}:{args.port}/v1"
+        f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info" if args.verbose else "warning",
+        server_header=False,
+        timeout_graceful_shutdown=3,
+    )
+    return 0

@@ -1,0 +1,130 @@
+"""Loading a pair: every check that can run before weights load runs first.
+
+Order: both GGUF headers through our bounded reader (a malformed file never
+reaches native code), tokenizer compatibility, memory preflight, the static
+quantization-asymmetry warning, a GPU-offload note; only then llama.cpp loads
+the target and the draft. A failure at any point leaves nothing half-loaded.
+`Engine.load` and `Engine.from_pair` are the public doors to this module;
+`pair_files` resolves a models.toml pair (preparing its files) into the same
+`LoadOptions` that `Engine.load` builds from its keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core import defaults
+from ..core.info import EngineInfo, GpuOffload
+from .config import load_config
+from .gguf_file import describe, read_gguf
+from .pair import QuantReport, check_tokenizers, memory_preflight, pair_verdict, quantization_report
+
+if TYPE_CHECKING:
+    from .backend import LlamaModel
+
+log = logging.getLogger("edgespec")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a pair, and the speculation options it starts with."""
+
+    n_ctx: int = defaults.N_CTX
+    n_gpu_layers: int = 0
+    draft_n_gpu_layers: int | None = None  # None: as the target
+    threads: int | None = None  # None: physical cores
+    k: int | None = None  # fixed draft length; None: adaptive
+    p_min: float = 0.0
+    name: str | None = None
+
+
+@dataclass
+class LoadedPair:
+    target: LlamaModel
+    draft: LlamaModel | None
+    name: str
+    warnings: list[str]
+    info: EngineInfo
+    quant: QuantReport | None
+    options: LoadOptions
+
+
+def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions) -> LoadedPair:
+    o = options
+    t_info = read_gguf(target)
+    d_info = read_gguf(draft) if draft is not None else None
+    warnings: list[str] = []
+    quant = None
+    if d_info is not None:
+        check_tokenizers(t_info, d_info)
+        quant = quantization_report(t_info, d_info)
+        warnings += quant.warnings
+    draft_layers = o.n_gpu_layers if o.draft_n_gpu_layers is None else o.draft_n_gpu_layers
+    memory_preflight(t_info, d_info, o.n_ctx, target_gpu_layers=o.n_gpu_layers, draft_gpu_layers=draft_layers)
+
+    from . import backend  # native code only after every check passed
+
+    note = backend.gpu_fallback_warning(max(o.n_gpu_layers, draft_layers))
+    if note:
+        warnings.append(note)
+    t_model = backend.LlamaModel(target, n_ctx=o.n_ctx, n_gpu_layers=o.n_gpu_layers, threads=o.threads)
+    try:
+        d_model = (
+            backend.LlamaModel(draft, n_ctx=o.n_ctx, n_gpu_layers=draft_layers, threads=o.threads)
+            if draft is not None
+            else None
+        )
+    except BaseException:
+        t_model.close()
+        raise
+    info = EngineInfo(
+        target=describe(t_info),
+        draft=describe(d_info) if d_info is not None else None,
+        pair=pair_verdict(t_info, d_info) if d_info is not None else None,
+        gpu=GpuOffload(
+            supported=backend.supports_gpu_offload(),
+            target_layers=t_model.n_gpu_layers,
+            draft_layers=d_model.n_gpu_layers if d_model is not None else 0,
+        ),
+        n_ctx=t_model.n_ctx,
+        threads=t_model.threads,
+    )
+    return LoadedPair(t_model, d_model, o.name or Path(target).name, warnings, info, quant, o)
+
+
+def pair_files(
+    name: str,
+    config: str | Path | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    **overrides: Any,
+) -> tuple[Path, Path | None, LoadOptions]:
+    """The pair `name` of models.toml, prepared: its files and its load options, with
+    `overrides` (LoadOptions fields; None means "as the pair says") on top."""
+    from .models import prepare_pair
+
+    cfg = load_config(config)
+    pair = cfg.pair(name)
+    target, draft = prepare_pair(cfg, name, **({"progress": progress} if progress else {}))
+    t_entry = cfg.model(pair.target)
+    d_entry = cfg.model(pair.draft) if pair.draft else None
+    options = LoadOptions(
+        n_ctx=pair.n_ctx,
+        n_gpu_layers=t_entry.n_gpu_layers,
+        draft_n_gpu_layers=d_entry.n_gpu_layers if d_entry else None,
+        threads=t_entry.threads,
+        k=pair.k,
+        p_min=pair.p_min if pair.p_min is not None else 0.0,
+        name=name,
+    )
+    known = {f.name for f in dataclasses.fields(LoadOptions)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"unknown load option {sorted(unknown)[0]!r}")
+    options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    return target, draft, options
