@@ -29,7 +29,7 @@ test: setup
 	$(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not real"
+	$(PY) -m pytest -q -m "not real and not slow"
 
 bench: setup
 	$(VENV)/bin/edgespec models prepare demo demo-bad
@@ -37,7 +37,9 @@ bench: setup
 
 lint: setup
 	$(VENV)/bin/ruff check edgespec tui tests
+	$(VENV)/bin/ruff format --check edgespec tui tests
 	$(VENV)/bin/mypy edgespec
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) bench-out .pytest_cache .mypy_cache .ruff_cache

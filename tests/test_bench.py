@@ -61,7 +61,7 @@ def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytes
         ("--tokens", "0", "--tokens"),
     ],
 )
-def test_bench_refuses_bad_options_before_running(option: str, value: str, words: str, capsys) -> None:  # noqa: ANN001
+def test_bench_refuses_bad_options_before_running(option: str, value: str, words: str, capsys) -> None:
     assert main(["bench", "--no-native", "--out", "/nonexistent/never", option, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]

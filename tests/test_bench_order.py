@@ -17,7 +17,7 @@ class _Engine:
 def test_columns_run_once_per_round_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str | int | None, int]] = []
 
-    def once(engine, prompt, temp, k, spec, n, seed):  # noqa: ANN001, ANN202
+    def once(engine, prompt, temp, k, spec, n, seed):
         calls.append(("adaptive" if k is None else k, seed))
         return {"tokens_per_s": float(seed)}
 

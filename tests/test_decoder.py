@@ -17,7 +17,7 @@ GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [1, 5, 9, 13]
 
 
-def run(dec: Decoder, k: int, n: int = 40, params: SamplingParams = GREEDY, prompt=PROMPT, seed=0, **kw):  # noqa: ANN001, ANN003, ANN201
+def run(dec: Decoder, k: int, n: int = 40, params: SamplingParams = GREEDY, prompt=PROMPT, seed=0, **kw):
     toks, flags, last = [], [], None
     for step in decode(dec, prompt, params, FixedK(k), max_tokens=n, rng=np.random.default_rng(seed), **kw):
         toks += step.tokens
@@ -43,7 +43,9 @@ def test_greedy_speculative_equals_greedy_plain(k: int) -> None:
     spec, flags, last = run(Decoder(FakeModel(), FakeModel(noise=1.0)), k)
     assert spec == plain
     assert last.stats.n_drafted > 0 and 0 < last.stats.n_accepted < last.stats.n_drafted
-    assert sum(flags) == last.stats.n_accepted or last.finish_reason == "length"
+    # every accepted draft token is emitted as one, except those the max_tokens cut dropped
+    # from the last step (fewer than k)
+    assert last.stats.n_accepted - k < sum(flags) <= last.stats.n_accepted
 
 
 def test_draft_equal_to_target_accepts_every_draft_token() -> None:
@@ -209,7 +211,7 @@ def test_cancel_stops_a_long_prefill_between_chunks() -> None:
 
     original = target.eval
 
-    def eval_then_cancel(tokens, pos, logits_from=None):  # noqa: ANN001, ANN202
+    def eval_then_cancel(tokens, pos, logits_from=None):
         out = original(tokens, pos, logits_from)
         cancel.set()
         return out

@@ -27,7 +27,7 @@ class StopWhenUnsure(FixedK):
         self.below = below
         self.drafted: list[int] = []
 
-    def observe(self, outcome) -> None:  # noqa: ANN001
+    def observe(self, outcome) -> None:
         self.drafted.append(outcome.k)
 
 
@@ -87,7 +87,7 @@ def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
 
 
 def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
-    def biased_draft(self, draft, k, params, rng, plan):  # noqa: ANN001, ANN202
+    def biased_draft(self, draft, k, params, rng, plan):
         # WRONG on purpose: leaves out a token the draft is unsure of, so the tokens it
         # proposes are no longer samples of q
         feed = self.committed[len(draft.tokens) :]
@@ -123,7 +123,7 @@ def test_adaptive_controller_in_the_loop_keeps_greedy_output() -> None:
             thresholds.append(plan.stop_below)
             return plan
 
-        def observe(self, o) -> None:  # noqa: ANN001
+        def observe(self, o) -> None:
             seen.append((o.k, len(o.sure)))
             super().observe(o)
 

@@ -35,9 +35,6 @@ from edgespec.llama.gguf_file import (
     read_gguf,
 )
 
-DEMO = Path("/tmp/dl/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-needs_demo = pytest.mark.skipif(not DEMO.is_file(), reason="demo model not downloaded")
-
 
 def _write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:
     path = tmp_path / name
@@ -236,9 +233,9 @@ def test_synthetic_writer_agrees_with_the_gguf_package(tmp_path: Path) -> None:
     assert len(theirs.fields) == len(ours.metadata) + 3  # + version, tensor and KV counts
 
 
-@needs_demo
-def test_demo_model_facts() -> None:
-    info = read_gguf(DEMO)
+@pytest.mark.real
+def test_demo_model_facts(demo_draft: Path) -> None:
+    info = read_gguf(demo_draft)
     assert info.architecture == "llama"
     assert info.quantization == "Q4_1"
     assert info.vocab_size == 49152
@@ -248,21 +245,21 @@ def test_demo_model_facts() -> None:
     assert info.tensors[-1].offset + info.tensors[-1].n_bytes <= info.file_size
 
 
-@needs_demo
-def test_demo_model_reads_fast_and_its_truncation_is_refused(tmp_path: Path) -> None:
+@pytest.mark.real
+def test_demo_model_reads_fast_and_its_truncation_is_refused(demo_draft: Path, tmp_path: Path) -> None:
     start = time.perf_counter()
-    read_gguf(DEMO)
+    read_gguf(demo_draft)
     assert time.perf_counter() - start < 2.0
-    with DEMO.open("rb") as f:
+    with demo_draft.open("rb") as f:
         head = f.read(3_000_000)  # the full header and part of the tensor data
     assert "past the end" in _refuse_fast(_write(tmp_path, head))
 
 
-@needs_demo
-def test_demo_model_agrees_with_the_gguf_package() -> None:
+@pytest.mark.real
+def test_demo_model_agrees_with_the_gguf_package(demo_draft: Path) -> None:
     gguf = pytest.importorskip("gguf")
-    theirs = gguf.GGUFReader(DEMO)
-    ours = read_gguf(DEMO)
+    theirs = gguf.GGUFReader(demo_draft)
+    ours = read_gguf(demo_draft)
     assert len(theirs.tensors) == len(ours.tensors)
     for key in ("general.architecture", "tokenizer.ggml.model", "tokenizer.chat_template"):
         assert theirs.fields[key].contents() == ours.metadata[key]

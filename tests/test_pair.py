@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from gguf_corpus import Q2_K, Q4_1, Q8_0, default_tokens, small_model
 
+from edgespec import PairVerdict
 from edgespec.core.errors import ConfigError, MemoryPreflightError, PairError
 from edgespec.llama.gguf_file import GGUFInfo, read_gguf
 from edgespec.llama.pair import (
@@ -20,7 +21,6 @@ from edgespec.llama.pair import (
     quantization_warnings,
 )
 
-DEMO = Path("/tmp/dl/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 GIB = 1024**3
 
 MakeInfo = Callable[..., GGUFInfo]
@@ -186,11 +186,11 @@ def test_pair_verdict_reports_incompatibility_without_raising(make: MakeInfo) ->
     assert any("Q2_K" in w for w in verdict.warnings)
 
 
-@pytest.mark.skipif(not DEMO.is_file(), reason="demo model not downloaded")
-def test_demo_model_is_compatible_with_itself() -> None:
-    info = read_gguf(DEMO)
+@pytest.mark.real
+def test_demo_model_is_compatible_with_itself(demo_draft: Path) -> None:
+    info = read_gguf(demo_draft)
     check_tokenizers(info, info)
-    assert pair_verdict(info, info) == {"compatible": True, "messages": [], "warnings": []}
+    assert pair_verdict(info, info) == PairVerdict(True)
     est = memory_preflight(info, info, n_ctx=2048, available_bytes=64 * GIB)
     # SmolLM2-135M: 30 layers, 3 KV heads of 64 -> 23,040 bytes of f16 KV per token
     assert est.target_kv == 30 * 2048 * 3 * 64 * 2 * 2

@@ -32,7 +32,7 @@ def top_two_gap(target_path: str, tokens: list[int]) -> float:
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_speculative_equals_greedy_plain(demo_engine, prompt: str) -> None:  # noqa: ANN001
+def test_greedy_speculative_equals_greedy_plain(demo_engine, prompt: str) -> None:
     plain = demo_engine.generate(prompt, temperature=0, max_tokens=64, speculative=False)
     for k in (None, 4):
         spec = demo_engine.generate(prompt, temperature=0, max_tokens=64, k=k)
@@ -47,12 +47,12 @@ def test_greedy_speculative_equals_greedy_plain(demo_engine, prompt: str) -> Non
         assert gap < 0.05, f"k={k}: diverged at token {i} where the target's top-two gap is {gap:.4f}"
 
 
-def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:  # noqa: ANN001
+def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
     res = demo_engine.generate(PROMPTS[2], temperature=0, max_tokens=64, k=4)
     assert res.stats.acceptance_rate > 0.6
 
 
-def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine) -> None:  # noqa: ANN001
+def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine) -> None:
     """Seeded two-sample chi-square over the 2nd generated token, plain vs speculative (K=3)."""
     prompt = "Name one animal:"
     n = 250
@@ -78,7 +78,7 @@ def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine) 
     assert p > 1e-3, f"speculative sampling changed the distribution (p={p:.2e}, table={table})"
 
 
-def test_follow_up_turn_prefills_only_the_new_part(demo_engine) -> None:  # noqa: ANN001
+def test_follow_up_turn_prefills_only_the_new_part(demo_engine) -> None:
     msgs = [{"role": "user", "content": "Say hello."}]
     first = demo_engine.generate(msgs, temperature=0, max_tokens=16)
     msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Now say goodbye."}]

@@ -35,7 +35,7 @@ class SlowModel(FakeModel):
         self.gate = threading.Event()
         self.gate.set()
 
-    def eval(self, tokens, pos, logits_from=None):  # noqa: ANN001, ANN201
+    def eval(self, tokens, pos, logits_from=None):
         self.gate.wait(30)
         time.sleep(self.delay)
         return super().eval(tokens, pos, logits_from)
@@ -48,7 +48,7 @@ class RecordingEngine(Engine):
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.started: list[tuple[object, float]] = []
 
-    def stream(self, prompt, **kw):  # noqa: ANN001, ANN003, ANN201
+    def stream(self, prompt, **kw):
         self.started.append((prompt, time.monotonic()))
         return super().stream(prompt, **kw)
 
@@ -75,7 +75,7 @@ def served() -> Iterator[tuple[str, RecordingEngine]]:
 
 
 # -- the openai client -----------------------------------------------------------------
-def test_chat_non_streamed_matches_the_engine_and_carries_usage_and_stats(served) -> None:  # noqa: ANN001
+def test_chat_non_streamed_matches_the_engine_and_carries_usage_and_stats(served) -> None:
     url, _ = served
     r = client(url).chat.completions.create(model="anything", messages=CHAT, max_tokens=12, temperature=0)
     assert r.choices[0].message.content == reference(CHAT, max_tokens=12)
@@ -86,7 +86,7 @@ def test_chat_non_streamed_matches_the_engine_and_carries_usage_and_stats(served
     assert r.model == "fake"
 
 
-def test_chat_streamed_equals_non_streamed_and_last_chunk_has_usage(served) -> None:  # noqa: ANN001
+def test_chat_streamed_equals_non_streamed_and_last_chunk_has_usage(served) -> None:
     url, _ = served
     chunks = list(
         client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=20, temperature=0, stream=True)
@@ -105,7 +105,7 @@ def test_chat_streamed_equals_non_streamed_and_last_chunk_has_usage(served) -> N
     assert all(c.usage is None for c in chunks[:-1])
 
 
-def test_completions_streamed_and_not_use_the_raw_prompt(served) -> None:  # noqa: ANN001
+def test_completions_streamed_and_not_use_the_raw_prompt(served) -> None:
     url, _ = served
     c = client(url)
     want = reference("t9 t10", raw=True, max_tokens=10)
@@ -118,7 +118,7 @@ def test_completions_streamed_and_not_use_the_raw_prompt(served) -> None:  # noq
     assert ids.choices[0].text == want
 
 
-def test_stream_is_sse_ending_with_done(served) -> None:  # noqa: ANN001
+def test_stream_is_sse_ending_with_done(served) -> None:
     url, _ = served
     r = httpx.post(f"{url}/v1/chat/completions", json={"messages": CHAT, "max_tokens": 3, "stream": True})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -126,11 +126,11 @@ def test_stream_is_sse_ending_with_done(served) -> None:  # noqa: ANN001
     assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
 
 
-def test_sampling_fields_and_speculation_overrides_reach_the_engine(served) -> None:  # noqa: ANN001
+def test_sampling_fields_and_speculation_overrides_reach_the_engine(served) -> None:
     url, _ = served
     c = client(url)
 
-    def ask(**kw: object):  # noqa: ANN202
+    def ask(**kw: object):
         return c.chat.completions.create(model="m", messages=CHAT, max_tokens=16, **kw)
 
     # a seed reproduces a sampled answer when K is fixed (an adaptive K follows measured timings)
@@ -146,7 +146,7 @@ def test_sampling_fields_and_speculation_overrides_reach_the_engine(served) -> N
     assert stopped.choices[0].finish_reason == "stop" and stop_at not in stopped.choices[0].message.content
 
 
-def test_a_resent_conversation_reuses_the_cached_prefix(served) -> None:  # noqa: ANN001
+def test_a_resent_conversation_reuses_the_cached_prefix(served) -> None:
     url, _ = served
     c = client(url)
     first = c.chat.completions.create(model="m", messages=CHAT, max_tokens=8, temperature=0)
@@ -160,14 +160,14 @@ def test_a_resent_conversation_reuses_the_cached_prefix(served) -> None:  # noqa
     assert cached >= second.usage.prompt_tokens - 3  # only the new turn (and the last token) is prefilled
 
 
-def test_max_tokens_above_the_context_is_clamped_with_length(served) -> None:  # noqa: ANN001
+def test_max_tokens_above_the_context_is_clamped_with_length(served) -> None:
     url, _ = served
     r = client(url).completions.create(model="m", prompt="t5 " * 500, max_tokens=10**9, temperature=0)
     assert r.choices[0].finish_reason == "length"
     assert r.usage.prompt_tokens + r.usage.completion_tokens <= 512
 
 
-def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:  # noqa: ANN001
+def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:
     url, _ = served
     c = client(url)
     with pytest.raises(openai.BadRequestError) as err:
@@ -201,7 +201,7 @@ def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:  
         {},
     ],
 )
-def test_bad_fields_are_400_in_openai_error_shape(served, body) -> None:  # noqa: ANN001
+def test_bad_fields_are_400_in_openai_error_shape(served, body) -> None:
     url, _ = served
     r = httpx.post(f"{url}/v1/chat/completions", json=body)
     assert r.status_code == 400
@@ -209,7 +209,7 @@ def test_bad_fields_are_400_in_openai_error_shape(served, body) -> None:  # noqa
     assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
 
 
-def test_not_json_and_unknown_paths_get_openai_errors(served) -> None:  # noqa: ANN001
+def test_not_json_and_unknown_paths_get_openai_errors(served) -> None:
     url, _ = served
     r = httpx.post(f"{url}/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "error" in r.json()
@@ -217,7 +217,7 @@ def test_not_json_and_unknown_paths_get_openai_errors(served) -> None:  # noqa: 
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
 
 
-def test_models_health_and_metrics(served) -> None:  # noqa: ANN001
+def test_models_health_and_metrics(served) -> None:
     url, _ = served
     assert [m.id for m in client(url).models.list()] == ["fake"]
     assert httpx.get(f"{url}/health").json() == {"status": "ok"}
@@ -238,7 +238,7 @@ def test_models_health_and_metrics(served) -> None:  # noqa: ANN001
 
 
 # -- one generation at a time ----------------------------------------------------------
-def wait_for(condition, timeout: float = 10.0) -> None:  # noqa: ANN001
+def wait_for(condition, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -342,7 +342,7 @@ def test_a_key_is_required_when_set(keyed: str) -> None:
     assert httpx.get(f"{keyed}/health").status_code == 200  # liveness probes need no key
 
 
-def test_foreign_host_headers_get_403(served) -> None:  # noqa: ANN001
+def test_foreign_host_headers_get_403(served) -> None:
     url, _ = served
     for host in ("evil.example", "evil.example:8080", "127.0.0.2", ""):
         r = httpx.get(f"{url}/v1/models", headers={"host": host})
@@ -356,7 +356,7 @@ def test_host_names_are_parsed_without_port() -> None:
     assert host_name(None) == "" and host_name("localhost") == "localhost"
 
 
-def test_bodies_over_one_mib_get_413_by_length_and_by_streamed_size(served) -> None:  # noqa: ANN001
+def test_bodies_over_one_mib_get_413_by_length_and_by_streamed_size(served) -> None:
     url, _ = served
     big = b'{"prompt": "' + b"t5 " * (MAX_BODY // 3) + b'"}'
     r = httpx.post(f"{url}/v1/completions", content=big, headers={"content-type": "application/json"})
@@ -371,7 +371,7 @@ def test_bodies_over_one_mib_get_413_by_length_and_by_streamed_size(served) -> N
     assert httpx.post(f"{url}/v1/completions", json={"prompt": "t5", "max_tokens": 1}).status_code == 200
 
 
-def test_cors_is_off_by_default_and_limited_to_the_named_origin(served, keyed: str) -> None:  # noqa: ANN001
+def test_cors_is_off_by_default_and_limited_to_the_named_origin(served, keyed: str) -> None:
     url, _ = served
     r = httpx.get(f"{url}/health", headers={"origin": "http://evil.example"})
     assert "access-control-allow-origin" not in r.headers

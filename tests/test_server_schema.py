@@ -37,7 +37,7 @@ CHECKS = (
 EXAMPLES = {"POST": 300, "GET": 20}
 
 
-def fuzz(op, method: DataGenerationMethod, session: requests.Session) -> int:  # noqa: ANN001
+def fuzz(op, method: DataGenerationMethod, session: requests.Session) -> int:
     """Run `op` with generated cases; return how many ran."""
     ran = 0
 
@@ -66,6 +66,7 @@ def small_engine() -> Engine:
     return engine
 
 
+@pytest.mark.slow
 def test_generated_requests_never_get_a_5xx() -> None:
     app = create_app(small_engine(), max_queue=2)
     counts: dict[str, int] = {}

@@ -34,13 +34,13 @@ def options(**kw: object) -> ChatOptions:
     return ChatOptions(**base)  # type: ignore[arg-type]
 
 
-async def settle(pilot, app: ChatApp) -> None:  # noqa: ANN001
+async def settle(pilot, app: ChatApp) -> None:
     await app.workers.wait_for_complete()
     await pilot.pause()
     await pilot.pause()
 
 
-async def send(pilot, app: ChatApp, text: str) -> None:  # noqa: ANN001
+async def send(pilot, app: ChatApp, text: str) -> None:
     app.query_one("#prompt").value = text
     await pilot.press("enter")
     await settle(pilot, app)
@@ -51,7 +51,7 @@ class SlowModel(FakeModel):
 
     delay = 0.01
 
-    def eval(self, tokens, pos, logits_from=None):  # noqa: ANN001, ANN201
+    def eval(self, tokens, pos, logits_from=None):
         time.sleep(self.delay)
         return super().eval(tokens, pos, logits_from)
 
@@ -123,7 +123,7 @@ async def test_draft_and_target_tokens_are_split() -> None:
         }
 
 
-def body_spans(view: MessageView) -> list:  # noqa: ANN201
+def body_spans(view: MessageView) -> list:
     content = view.content
     assert isinstance(content, Text)
     meta = view.get_component_rich_style("message--meta")
@@ -240,7 +240,7 @@ async def test_temperature_keys() -> None:
     seen: list[float] = []
     real = engine.stream
 
-    def spy(prompt, **kw):  # noqa: ANN001, ANN202
+    def spy(prompt, **kw):
         seen.append(kw["temperature"])
         return real(prompt, **kw)
 

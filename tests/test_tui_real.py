@@ -15,7 +15,7 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def engine():  # noqa: ANN201
+def engine():
     if not load_config().model("smollm2-135m-f32").location().is_file():
         pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
     from edgespec import Engine
@@ -25,7 +25,7 @@ def engine():  # noqa: ANN201
     eng.close()
 
 
-async def test_a_reply_arrives_with_stats(engine) -> None:  # noqa: ANN001
+async def test_a_reply_arrives_with_stats(engine) -> None:
     from edgespec_tui.app import ChatOptions, create_app
 
     app = create_app(engine, options=ChatOptions(max_tokens=24, temperature=0.0, seed=0))

@@ -37,12 +37,12 @@ INFO = EngineInfo(
 )
 
 
-def app(**engine_kw: object):  # noqa: ANN201
+def app(**engine_kw: object):
     options = ChatOptions(seed=0, k=4, max_tokens=40, timings=False, sys_reader=lambda: (187e6, 42.0))
     return create_app(make_engine(info=INFO, **engine_kw), options=options)  # type: ignore[arg-type]
 
 
-async def ask(pilot, text: str) -> None:  # noqa: ANN001
+async def ask(pilot, text: str) -> None:
     pilot.app.query_one("#prompt").value = text
     await pilot.press("enter")
     await pilot.app.workers.wait_for_complete()
@@ -50,7 +50,7 @@ async def ask(pilot, text: str) -> None:  # noqa: ANN001
     await pilot.pause()
 
 
-def test_start_screen_with_a_warning(snap_compare) -> None:  # noqa: ANN001
+def test_start_screen_with_a_warning(snap_compare) -> None:
     a = app(
         warnings=[
             "the draft (Q2_K, 2.6 bits/weight) is much lower-bit than the target (F16); expect low "
@@ -60,20 +60,20 @@ def test_start_screen_with_a_warning(snap_compare) -> None:  # noqa: ANN001
     assert snap_compare(a, terminal_size=SIZE)
 
 
-def test_reply_with_draft_and_target_highlighting(snap_compare) -> None:  # noqa: ANN001
-    async def run_before(pilot) -> None:  # noqa: ANN001
+def test_reply_with_draft_and_target_highlighting(snap_compare) -> None:
+    async def run_before(pilot) -> None:
         await ask(pilot, "t5 t6 [bold]not markup[/bold]")
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=run_before)
 
 
-def test_context_full_error(snap_compare) -> None:  # noqa: ANN001
-    async def run_before(pilot) -> None:  # noqa: ANN001
+def test_context_full_error(snap_compare) -> None:
+    async def run_before(pilot) -> None:
         await ask(pilot, "t5 t6")
         await ask(pilot, "t7 t8 t9")
 
     assert snap_compare(app(n_ctx=40), terminal_size=SIZE, run_before=run_before)
 
 
-def test_model_info_screen(snap_compare) -> None:  # noqa: ANN001
+def test_model_info_screen(snap_compare) -> None:
     assert snap_compare(app(), terminal_size=SIZE, press=["ctrl+o"])

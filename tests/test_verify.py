@@ -19,7 +19,7 @@ class NoDraws(np.random.Generator):
     def __init__(self) -> None:
         super().__init__(np.random.PCG64(0))
 
-    def random(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+    def random(self, *a, **k):
         raise AssertionError("greedy verification must not draw from the RNG")
 
 
@@ -71,7 +71,7 @@ def _random_dist(rng: np.random.Generator, support: int) -> Dist:
     return Dist(ids.astype(np.int64), probs)
 
 
-def _broken_verify(draft, q, p, rng):  # noqa: ANN001, ANN202
+def _broken_verify(draft, q, p, rng):
     """A plausible bug: on rejection resample from p instead of the residual."""
     for i, x in enumerate(draft):
         if rng.random() < min(1.0, p[i].prob(x) / q[i].prob(x)):
@@ -80,7 +80,7 @@ def _broken_verify(draft, q, p, rng):  # noqa: ANN001, ANN202
     return len(draft), p[len(draft)].sample(rng)
 
 
-def _first_token_counts(rule, p: Dist, q: Dist, n: int, seed: int) -> np.ndarray:  # noqa: ANN001
+def _first_token_counts(rule, p: Dist, q: Dist, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     counts = np.zeros(V)
     bonus = Dist.one_hot(0)

@@ -9,8 +9,6 @@ the new turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,65 +20,17 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
-from edgespec import EdgespecError, Generation, Segment, defaults
+from edgespec import EdgespecError, Generation, Segment
 
+from .options import ChatOptions, psutil_reader
 from .text import gpu_line, stats_line, to_markdown, visible
 from .widgets import InfoScreen, MessageView, StatusBar
 
-SysReader = Callable[[], "tuple[float | None, float | None]"]  # (rss bytes, cpu percent)
 T_STEP, T_MAX = 0.1, 2.0
 HELP = (
     "Enter sends · Esc stops · /save PATH writes Markdown · /new starts over · "
     "colours (ctrl+g): draft tokens the target accepted, and the target's own tokens"
 )
-
-
-def psutil_reader() -> SysReader:
-    import psutil
-
-    proc = psutil.Process()
-    proc.cpu_percent(None)  # the first call only starts the measurement
-
-    def read() -> tuple[float | None, float | None]:
-        return float(proc.memory_info().rss), proc.cpu_percent(None)
-
-    return read
-
-
-@dataclass
-class ChatOptions:
-    """Sampling options (as `edgespec run`) plus what the UI shows."""
-
-    max_tokens: int = defaults.MAX_TOKENS
-    temperature: float = defaults.TEMPERATURE
-    top_k: int = defaults.TOP_K
-    top_p: float = defaults.TOP_P
-    min_p: float = defaults.MIN_P
-    seed: int | None = None
-    k: int | None = None
-    speculative: bool = True
-    highlight: bool = True
-    timings: bool = True  # False: no wall-clock numbers on screen (deterministic snapshots)
-    sys_reader: SysReader | None = None  # None: psutil on this process
-    refresh_s: float = 1.0  # how often memory/CPU are read
-    save_dir: Path = field(default_factory=Path.cwd)
-
-    @classmethod
-    def from_args(cls, args: Any) -> ChatOptions:
-        from edgespec.frontends.options import sampling_options
-
-        return cls(**sampling_options(args))
-
-    def sampling(self) -> dict[str, Any]:
-        return dict(
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            seed=self.seed,
-            k=self.k,
-        )
 
 
 class ChatApp(App[None]):
@@ -195,7 +145,7 @@ class ChatApp(App[None]):
     def read_sys(self) -> None:
         try:
             rss, cpu = self._sys_reader() if self._sys_reader else (None, None)
-        except Exception:  # noqa: BLE001 - a status reading must never break the chat
+        except Exception:  # a status reading must never break the chat
             rss, cpu = None, None
         self.status.set(rss=rss, cpu=cpu)
 
@@ -251,7 +201,7 @@ class ChatApp(App[None]):
             self.post_message(self.Finished(gen, None, event.stats if event else None))
         except EdgespecError as err:
             self.post_message(self.Failed(gen, str(err)))
-        except Exception as err:  # noqa: BLE001 - shown in the chat, the app keeps running
+        except Exception as err:  # shown in the chat, the app keeps running
             self.post_message(self.Failed(gen, f"internal error ({type(err).__name__}): {err}"))
 
     def _cancel_reply(self) -> None:

@@ -65,7 +65,7 @@ def render(template: str, messages: Sequence[Message], *, bos_token: str = "", e
                 )
     except TemplateRenderError:
         raise
-    except Exception as err:  # noqa: BLE001 - the template is foreign code; any failure is the file's
+    except Exception as err:  # the template is foreign code; any failure is the file's
         raise TemplateRenderError(
             f"the model's chat template failed ({type(err).__name__}: {err}); pass a raw prompt (--raw) instead"
         ) from err

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..core.errors import ConfigError, MemoryPreflightError, PairError
 from ..core.info import LiveVerdict, PairVerdict
-from .gguf_file import GGML_TYPE_BY_NAME, GGUFInfo
+from .ggml_types import GGML_TYPE_BY_NAME
+from .gguf_info import GGUFInfo
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in llama.cpp
 VOCAB_CHECK_START_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are often special
