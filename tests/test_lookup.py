@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -140,6 +141,20 @@ def test_window_bounds_memory_and_forgets_only_old_matches() -> None:
     assert idx.propose(1) == NO_PROPOSAL  # seen 5000 tokens ago: forgotten
     idx.append(recent)
     assert idx.propose(1).tokens == (seq[-37],)
+
+
+def test_memory_stays_bounded_by_the_window() -> None:
+    seq = np.random.default_rng(4).integers(0, 1 << 20, 20_000).tolist()  # every gram new: the worst case
+    idx = LookupIndex(max_tokens=2048)
+    tracemalloc.start()
+    try:
+        for i in range(0, len(seq), 100):
+            idx.append(seq[i : i + 100])
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # the window holds at most 2048 * 9/8 tokens at ~0.4 KB each (~1 MB); all 20k would take ~7 MB
+    assert held < 2_000_000
 
 
 def test_a_huge_prompt_keeps_only_the_window() -> None:
