@@ -118,8 +118,8 @@ def test_adaptive_controller_in_the_loop_keeps_greedy_output() -> None:
     thresholds: list[float] = []
 
     class Watch(AdaptiveK):
-        def plan(self, lag: int = 0) -> Plan:
-            plan = super().plan(lag)
+        def plan(self, lag: int = 0, proposal=None) -> Plan:
+            plan = super().plan(lag, proposal)
             thresholds.append(plan.stop_below)
             return plan
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from edgespec.lookup import NO_PROPOSAL, TAIL, VOTES, LookupIndex, Proposal
-from edgespec.sampling import Dist
-from edgespec.verify import residual, verify
+from edgespec.core.lookup import NO_PROPOSAL, TAIL, VOTES, LookupIndex, Proposal
+from edgespec.core.sampling import Dist
+from edgespec.core.verify import residual, verify
 
 
 def index_over(tokens: Sequence[int], n_min: int = 2, n_max: int = 4, max_tokens: int = 1 << 17) -> LookupIndex:
@@ -97,7 +97,7 @@ class CountingList(list):  # type: ignore[type-arg]
 
     read = 0
 
-    def __getitem__(self, i):  # noqa: ANN001, ANN204
+    def __getitem__(self, i):
         got = super().__getitem__(i)
         self.read += len(got) if isinstance(i, slice) else 1
         return got
@@ -279,7 +279,7 @@ class NoDraws(np.random.Generator):
     def __init__(self) -> None:
         super().__init__(np.random.PCG64(0))
 
-    def random(self, *a, **k):  # noqa: ANN002, ANN003, ANN201
+    def random(self, *a, **k):
         raise AssertionError("a certain outcome must not draw from the RNG")
 
 
@@ -300,7 +300,7 @@ def test_a_proposal_the_target_is_sure_of_is_always_accepted_without_drawing() -
     assert verify(draft, one_hot_rows(draft), p, NoDraws()) == (2, 9)
 
 
-def _resample_from_p(draft, q, p, rng):  # noqa: ANN001, ANN202
+def _resample_from_p(draft, q, p, rng):
     """A plausible bug: on rejection draw from p itself, without removing x."""
     for i, x in enumerate(draft):
         if rng.random() < min(1.0, p[i].prob(x) / q[i].prob(x)):
@@ -309,7 +309,7 @@ def _resample_from_p(draft, q, p, rng):  # noqa: ANN001, ANN202
     return len(draft), p[len(draft)].sample(rng)
 
 
-def _accept_twice_p(draft, q, p, rng):  # noqa: ANN001, ANN202
+def _accept_twice_p(draft, q, p, rng):
     """Another: accept with a q-free min(1, 2 p(x)), then the right residual."""
     for i, x in enumerate(draft):
         if rng.random() < min(1.0, 2.0 * p[i].prob(x)):
@@ -318,7 +318,7 @@ def _accept_twice_p(draft, q, p, rng):  # noqa: ANN001, ANN202
     return len(draft), p[len(draft)].sample(rng)
 
 
-def _resample_from_p_after_first(draft, q, p, rng):  # noqa: ANN001, ANN202
+def _resample_from_p_after_first(draft, q, p, rng):
     """Right at the first position, the bug of _resample_from_p after it: only a joint law sees it."""
     for i, x in enumerate(draft):
         if rng.random() < min(1.0, p[i].prob(x) / q[i].prob(x)):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core import defaults, templates
-from ..core.controller import AdaptiveK, Controller, FixedK, StepTimes
+from ..core.controller import LOOKUP, AdaptiveK, Controller, FixedK, StepTimes
 from ..core.decoder import Decoder, Request
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
@@ -58,9 +58,11 @@ class Engine:
         default_k: int | None = None,
         p_min: float = 0.0,
         quant_report: QuantReport | None = None,
+        lookup: bool = True,
     ) -> None:
         self.target = target
         self.draft = draft
+        self.lookup = lookup  # prompt lookup drafts (with or without a draft model)
         self.name = name
         self.warnings: list[str] = list(warnings)
         _check_k(default_k)
@@ -69,7 +71,7 @@ class Engine:
         self._quant = quant_report
         self._live: LiveVerdict | None = None  # the live verdict on the quantization asymmetry
         self._drafted = self._accepted = 0
-        self._decoder = Decoder(target, draft)
+        self._decoder = Decoder(target, draft, lookup=lookup)
         self.n_ctx = self._decoder.n_ctx
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
@@ -101,9 +103,11 @@ class Engine:
         k: int | None = None,
         p_min: float = 0.0,
         name: str | None = None,
+        lookup: bool = True,
     ) -> Engine:
-        """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive)."""
-        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name)
+        """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
+        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off."""
+        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup)
         return cls._from_loaded(load_pair(target, draft, options))
 
     @classmethod
@@ -127,6 +131,7 @@ class Engine:
             default_k=p.options.k,
             p_min=p.options.p_min,
             quant_report=p.quant,
+            lookup=p.options.lookup,
         )
 
     def close(self) -> None:
@@ -157,6 +162,11 @@ class Engine:
     @property
     def has_draft(self) -> bool:
         return self.draft is not None
+
+    @property
+    def can_speculate(self) -> bool:
+        """A draft model, prompt lookup, or both."""
+        return self.draft is not None or self.lookup
 
     def tokenize(self, prompt: Prompt, *, raw: bool = False) -> list[int]:
         if isinstance(prompt, str):
@@ -222,7 +232,7 @@ class Engine:
         _check_params(params, max_tokens, k)
         tokens = self.tokenize(prompt, raw=raw)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        spec = speculative and self.draft is not None
+        spec = speculative and self.can_speculate
         return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops))
 
     def _run(
@@ -251,7 +261,8 @@ class Engine:
             try:
                 for step in steps:
                     stats = step.stats
-                    sources = ["draft" if f else "target" for f in step.from_draft]
+                    drafted = "lookup" if step.source == LOOKUP else "draft"
+                    sources = [drafted if f else "target" for f in step.from_draft]
                     segments, stop_at = text.feed(step.tokens, sources)
                     toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
                     if stop_at is not None:
@@ -288,10 +299,11 @@ class Engine:
 
     def _controller(self, k: int | None, temperature: float) -> Controller:
         k = k if k is not None else self.default_k
+        model = self.draft is not None
         if k is not None:
-            return FixedK(k, self.p_min)
+            return FixedK(k, self.p_min, model=model)
         key = round(temperature, 2)
-        ctrl = self._adaptive.pop(key, None) or AdaptiveK(times=self._step_times)
+        ctrl = self._adaptive.pop(key, None) or AdaptiveK(times=self._step_times, model=model)
         ctrl.p_min = self.p_min
         self._adaptive[key] = ctrl  # most recently used last
         while len(self._adaptive) > TEMPERATURES_KEPT:

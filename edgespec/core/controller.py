@@ -46,23 +46,28 @@ Pure: no model, no clock, no I/O.
 from __future__ import annotations
 
 import bisect
-import statistics
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
 from . import defaults
+from .lookup import Proposal
+from .lookup_policy import LookupPolicy
+from .step_times import Recent, StepTimes
+
+MODEL, LOOKUP = "model", "lookup"  # the draft sources
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What the next step does: draft up to `k` tokens (0: a plain step), stop drafting after a
-    token whose confidence is below `stop_below`, and measure that confidence when `want_sure`."""
+    """What the next step does: draft up to `k` tokens (0: a plain step) from `source`, stop
+    drafting after a token whose confidence is below `stop_below` (model drafts), and measure
+    that confidence when `want_sure`."""
 
     k: int
     stop_below: float = 0.0
     want_sure: bool = False
     est_speedup: float | None = None  # expected speed vs plain decoding, from measured costs
+    source: str = MODEL
 
 
 @dataclass(frozen=True)
@@ -73,13 +78,12 @@ class StepOutcome:
     verify_s: float
     step_s: float
     sure: tuple[float, ...] = ()  # the draft's confidence in each drafted token (see Decoder._draft)
+    source: str = MODEL  # where the drafts came from
+    match: int = 0  # lookup: the length of the matched n-gram
 
 
 WARMUP = (0, 0, 2, 2, 5, 5, 0)
 WARMUP_ACCEPTANCE = (4, 4)
-STALE_STEPS = 64
-OUTLIER = 0.25  # a step-time median this far off the fitted line is left out of the refit
-SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding
 LEAVE_PLAIN_LAGGING = 1.15  # ... when the draft first has to catch up more than CHEAP_LAG tokens
 PLAIN_DECAY = 0.998  # how fast acceptance evidence ages over plain steps (drafting steps: `decay`)
@@ -93,111 +97,34 @@ ALWAYS = 1.01  # a threshold above every confidence: stop after each token
 
 
 class Controller(Protocol):
-    def plan(self, lag: int = 0) -> Plan:
-        """The next step's plan. `lag`: tokens the draft would have to catch up first."""
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
+        """The next step's plan. `lag`: tokens the draft model would have to catch up first;
+        `proposal`: what prompt lookup offers for this step (None: lookup is off)."""
         ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
 
 class FixedK:
-    """Always K draft tokens (a fixed `p_min` may still stop drafting early)."""
+    """Always K draft tokens: from the draft model when there is one (a fixed `p_min` may
+    still stop drafting early), else from prompt lookup when it has a proposal."""
 
-    def __init__(self, k: int, p_min: float = 0.0) -> None:
+    def __init__(self, k: int, p_min: float = 0.0, *, model: bool = True) -> None:
         if k < 0:
             raise ValueError("k must be >= 0")
         self.k = k
+        self.model = model
         self._plan = Plan(k, stop_below=p_min, want_sure=p_min > 0.0)
 
-    def plan(self, lag: int = 0) -> Plan:
-        return self._plan
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
+        if self.model:
+            return self._plan
+        if proposal is not None and proposal.tokens and self.k:
+            return Plan(min(self.k, len(proposal.tokens)), source=LOOKUP)
+        return Plan(0)
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
-
-
-class _Recent:
-    """The median of the last few timings: robust to the first call of a new batch shape
-    (llama.cpp builds a graph for it) and to a moment of contention on a shared machine."""
-
-    __slots__ = ("samples", "n")
-
-    def __init__(self, size: int = 9) -> None:
-        self.samples: deque[float] = deque(maxlen=size)
-        self.n = 0
-
-    def add(self, x: float) -> None:
-        if self.n == 1:
-            self.samples.clear()  # the very first call of a shape pays for building its graph
-        self.samples.append(x)
-        self.n += 1
-
-    @property
-    def value(self) -> float:
-        return statistics.median(self.samples) if self.samples else 0.0
-
-
-class StepTimes:
-    """Whole-step times per K (draft + verify + Python) measured on this machine, with the
-    fitted cost line. One per engine, shared by its controllers: what a step costs does not
-    depend on the temperature, only acceptance does, so a new temperature starts knowing it."""
-
-    def __init__(self, k_max: int = defaults.K_MAX) -> None:
-        self.k_max = k_max
-        self.by_k = [_Recent() for _ in range(k_max + 1)]
-        self.seen_at = [0] * (k_max + 1)  # the observation at which each K was last measured
-        self.clock = 0
-
-    def add(self, k: int, seconds: float) -> None:
-        self.clock += 1
-        if k <= self.k_max:
-            self.by_k[k].add(seconds)
-            self.seen_at[k] = self.clock
-
-    def measured(self) -> bool:
-        return bool(self.by_k[0].n) and any(r.n for r in self.by_k[1:])
-
-    @property
-    def plain(self) -> float:
-        return self.by_k[0].value
-
-    def fit(self) -> tuple[float, float]:
-        """(fixed, per draft token) seconds of a speculative step, fitted to the measured
-        medians by weighted least squares, then once more without the medians that lie
-        more than OUTLIER off the line (a K measured once, in a slow moment, would
-        otherwise bend it for as long as that K is not tried again)."""
-        pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.by_k) if k >= 1 and r.n]
-        if not pts:
-            return self.plain, 0.0  # nothing drafted yet: no line to fit
-        fresh = [p for p in pts if self.clock - self.seen_at[p[0]] <= STALE_STEPS]
-        if len(fresh) >= 2:
-            pts = fresh  # costs measured long ago may belong to another text or load
-        fixed, slope = _line(pts, self.plain)
-        kept = [(k, t, n) for k, t, n in pts if abs(t - fixed - slope * k) <= OUTLIER * t]
-        if len(kept) >= 2 and len(kept) < len(pts):
-            fixed, slope = _line(kept, self.plain)
-        return fixed, slope
-
-
-def _line(pts: list[tuple[int, float, int]], plain: float) -> tuple[float, float]:
-    """Weighted least squares of (K, seconds, weight) points. A speculative step holds one
-    target pass plus the cost of switching between the two models, so the fixed part lies
-    between one and SWITCH_MAX plain steps; a free fit outside that range (a few neighbouring
-    K and one slow moment are enough for it) is pulled back to the bound and the slope
-    refitted through it, which keeps the extrapolation to far K, and to K = 0, sane."""
-    w = sum(n for _, _, n in pts)
-    mk = sum(k * n for k, _, n in pts) / w
-    mt = sum(t * n for _, t, n in pts) / w
-    var = sum(n * (k - mk) ** 2 for k, _, n in pts)
-    if var > 0:
-        slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
-        fixed = mt - slope * mk
-        if plain <= fixed <= SWITCH_MAX * plain:
-            return fixed, slope
-    fixed = plain if var == 0 else min(max(mt - slope * mk, plain), SWITCH_MAX * plain)
-    # through (0, fixed): least squares of t - fixed = slope * k
-    slope = sum(n * k * (t - fixed) for k, t, n in pts) / sum(n * k * k for k, _, n in pts)
-    return fixed, max(0.0, slope)
 
 
 class AdaptiveK:
@@ -211,8 +138,10 @@ class AdaptiveK:
         prior_alpha: float = 0.6,
         times: StepTimes | None = None,
         p_min: float = 0.0,
+        model: bool = True,
     ) -> None:
         self.k_max = k_max
+        self.model = model  # a draft model is there (else only lookup, or plain steps)
         self.p_min = p_min  # a floor under the learned stop threshold (a pair option)
         self.probe_every = probe_every
         self.recover_every = recover_every
@@ -227,6 +156,7 @@ class AdaptiveK:
         self.times = times if times is not None else StepTimes(k_max)
         if self.times.k_max != k_max:
             raise ValueError("the shared step times were made for another k_max")
+        self.lookup = LookupPolicy(self.times.verify)
         # with the costs already known (another temperature measured them) only acceptance
         # is new: two draft steps measure it
         self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
@@ -287,7 +217,7 @@ class AdaptiveK:
         return e
 
     @property
-    def step_time(self) -> list[_Recent]:
+    def step_time(self) -> list[Recent]:
         return self.times.by_k
 
     def step_cost(self) -> tuple[float, float]:
@@ -320,14 +250,30 @@ class AdaptiveK:
         return self.speed(best) / plain if plain > 0 else None
 
     # -- the protocol ------------------------------------------------------------------------
-    def plan(self, lag: int = 0) -> Plan:
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
         """The next step's plan. `lag`: tokens the draft would have to catch up first (it sat
-        out plain steps); a recovery probe waits for a moment when that is cheap."""
+        out plain steps); a recovery probe waits for a moment when that is cheap. A lookup
+        `proposal` is taken instead of the model's plan when its expected speed is higher."""
         self.steps += 1
+        if not self.model:
+            return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
         best = self.best_k()
         stop_below = self.stop_threshold(best) if self.steps > len(self._warmup) else 0.0
         k = self._next_k(best, lag)
-        return Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup())
+        plan = Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup())
+        if self.steps <= len(self._warmup) or best < 0:
+            return plan  # the model's costs are being measured
+        return self._lookup_or(plan, proposal, self.speed(k) if k > 0 else self.lookup.plain_speed())
+
+    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float) -> Plan:
+        """The lookup draft when it is expected to be faster than `plan` (at `speed`)."""
+        if proposal is None or not proposal.tokens:
+            return plan
+        k, lookup_speed = self.lookup.best(proposal.n, len(proposal.tokens))
+        if k == 0 or lookup_speed <= speed:
+            return plan
+        plain = self.lookup.plain_speed()
+        return Plan(k, source=LOOKUP, est_speedup=lookup_speed / plain if plain > 0 else None)
 
     def _next_k(self, best: int, lag: int) -> int:
         if best > 0 and self._plain:
@@ -367,6 +313,13 @@ class AdaptiveK:
 
     def observe(self, o: StepOutcome) -> None:
         self._speeds = None
+        self.times.verify.add(o.k + 1, o.verify_s)
+        if o.source == LOOKUP:
+            # a free draft: its own acceptance record; the model's step costs and acceptance
+            # describe model drafts only
+            self.lookup.observe(o.match, o.k, o.n_accepted, o.verify_s, o.step_s)
+            return
+        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0)
         if o.k > 0 and self._plain and o.n_accepted == o.k:
             self._recover_at = min(self._recover_at, self.steps + FOLLOW_UP)
         # every step ages the evidence, plain ones slowly: after a long plain stretch what the

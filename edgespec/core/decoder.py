@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .controller import Controller, Plan, StepOutcome
+from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
 from .events import Stats
+from .lookup import LookupIndex
+from .lookup_policy import L_MAX
 from .model import Model
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
@@ -45,6 +47,7 @@ def _snapshot(stats: Stats) -> Stats:
         stats,
         accepted_per_position=list(stats.accepted_per_position),
         drafted_per_position=list(stats.drafted_per_position),
+        sources={name: dict(counts) for name, counts in stats.sources.items()},
     )
 
 
@@ -103,6 +106,7 @@ class Request:
     rng: np.random.Generator
     speculative: bool = True
     cancel: threading.Event | None = None
+    lookup: bool = True  # draft from prompt lookup too, where the decoder has an index
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class Step:
     stats: Stats
     finish_reason: str | None = None
     k: int = 0  # the K the controller planned for this step (the step may draft fewer)
+    source: str = MODEL  # where this step's drafts came from
 
 
 class _TargetRows:
@@ -133,9 +138,11 @@ class _TargetRows:
 class Decoder:
     """Owns the two caches; one `run` at a time (the engine holds the lock)."""
 
-    def __init__(self, target: Model, draft: Model | None = None) -> None:
+    def __init__(self, target: Model, draft: Model | None = None, *, lookup: bool = False) -> None:
         self.target = Cache(target)
         self.draft = Cache(draft) if draft is not None else None
+        # prompt lookup's index over committed tokens, kept across requests like the caches
+        self.index = LookupIndex() if lookup else None
         self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
         self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
         self.committed: list[int] = []
@@ -149,19 +156,24 @@ class Decoder:
                 "shorten it, start a new chat, or load with a larger n_ctx"
             )
         draft = self.draft if req.speculative else None
-        stats = Stats(n_prompt=len(prompt), speculative=draft is not None)
+        index = self.index if req.speculative and req.lookup else None
+        stats = Stats(n_prompt=len(prompt), speculative=draft is not None or index is not None)
         self.committed = list(prompt)
         t0 = time.perf_counter()
         try:
             stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
             if draft is not None:
                 draft.sync(self.committed[:-1], req.cancel)
+            if index is not None:
+                index.sync(self.committed, known_prefix=0)
             stats.prefill_s = time.perf_counter() - t0
-            yield from self._loop(req, draft, stats)
+            yield from self._loop(req, draft, index, stats)
         finally:
             self._restore()
 
-    def _loop(self, req: Request, draft: Cache | None, stats: Stats) -> Generator[Step, None, None]:
+    def _loop(
+        self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats
+    ) -> Generator[Step, None, None]:
         committed = self.committed
         while True:
             t_top = time.perf_counter()
@@ -173,12 +185,14 @@ class Decoder:
             if room <= 0 or left <= 0:
                 yield self._final(stats, "length")
                 return
-            plan, k = Plan(0), 0
-            if draft is not None:
-                lag = len(committed) - 1 - len(draft.tokens)  # what the draft would catch up first
-                plan = req.controller.plan(lag)
+            plan, k, proposal = Plan(0), 0, None
+            if draft is not None or index is not None:
+                lag = len(committed) - 1 - len(draft.tokens) if draft is not None else 0  # to catch up
+                proposal = index.propose(L_MAX) if index is not None else None
+                plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
-            if draft is not None and k and len(draft.tokens) < len(committed) - 2:
+            from_lookup = plan.source == LOOKUP and proposal is not None
+            if draft is not None and k and not from_lookup and len(draft.tokens) < len(committed) - 2:
                 # the draft sat out plain steps: catch it up outside the step the controller times
                 t_catch = time.perf_counter()
                 draft.sync(committed[:-1])
@@ -187,7 +201,11 @@ class Decoder:
             drafts: list[int] = []
             qs: list[Dist] = []
             sure: list[float] = []
-            if draft is not None and k:
+            if from_lookup and k:
+                assert proposal is not None
+                drafts = list(proposal.tokens[:k])
+                qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
+            elif draft is not None and k:
                 drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan)
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
@@ -203,6 +221,8 @@ class Decoder:
                     break
             n_before = len(committed)
             committed.extend(new)
+            if index is not None:
+                index.append(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
             if draft is not None:
                 draft.cut(min(common_prefix(draft.tokens, committed), len(committed) - 1))
@@ -214,12 +234,14 @@ class Decoder:
                 verify_s=t_sample - t_verify,
                 step_s=t_end - t_step,
                 sure=tuple(sure),
+                source=LOOKUP if from_lookup else MODEL,
+                match=proposal.n if from_lookup and proposal is not None else 0,
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
             self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
             n_draft = min(a, len(emit))
             from_draft = (True,) * n_draft + (False,) * (len(emit) - n_draft)
-            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k)
+            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k, outcome.source)
             if finish is not None:
                 return
 
@@ -259,6 +281,10 @@ class Decoder:
         stats.n_generated += n_emit
         stats.n_drafted += o.k
         stats.n_accepted += o.n_accepted
+        if o.k:
+            by_source = stats.sources.setdefault(o.source, {"drafted": 0, "accepted": 0})
+            by_source["drafted"] += o.k
+            by_source["accepted"] += o.n_accepted
         stats.draft_s += o.draft_s
         stats.verify_s += o.verify_s
         grow = o.k - len(stats.drafted_per_position)
@@ -279,6 +305,8 @@ class Decoder:
         for cache in (self.target, self.draft):
             if cache is not None:
                 cache.cut(0)
+        if self.index is not None:
+            self.index.truncate(0)
         self.committed = []
 
     def _restore(self) -> None:

@@ -12,8 +12,9 @@ from typing import NamedTuple
 
 
 class Segment(NamedTuple):
-    """A piece of a step's text and where its tokens came from: "draft" (a draft token the
-    target accepted) or "target" (the target's own correction or bonus token)."""
+    """A piece of a step's text and where its tokens came from: "draft" (a draft model's
+    token the target accepted), "lookup" (a token copied from the context by prompt lookup
+    that the target accepted) or "target" (the target's own correction or bonus token)."""
 
     text: str
     source: str
@@ -30,6 +31,7 @@ class Stats:
     n_accepted: int = 0  # draft tokens accepted (llama.cpp: draft_n_accepted)
     steps: int = 0  # speculative steps (target forward passes after prefill)
     k: int = 0  # K the controller chose for the last step (0 = plain decoding)
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)  # per draft source: drafted, accepted
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     prefill_s: float = 0.0

@@ -23,6 +23,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 QUANT_TYPES = tuple(QUANTIZE_FTYPES)
+LOOKUP_ONLY = "lookup"  # `draft = "lookup"`: a pair with no draft model, drafting by prompt lookup
 
 BUILTIN: dict[str, Any] = {
     "models": {
@@ -65,6 +66,7 @@ class PairEntry:
     k: int | None = None  # None: adaptive
     p_min: float | None = None
     n_ctx: int = defaults.N_CTX
+    lookup: bool = True  # prompt lookup drafts too (alone when draft is None)
 
 
 @dataclass(frozen=True)
@@ -173,13 +175,19 @@ def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
 
 def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntry]) -> PairEntry:
     where = f"{source}: pairs.{name}"
-    unknown = set(t) - {"target", "draft", "k", "p_min", "n_ctx"}
+    unknown = set(t) - {"target", "draft", "k", "p_min", "n_ctx", "lookup"}
     if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key (target, draft, k, p_min, n_ctx)")
-    for key in ("target", "draft"):
-        v = _get(t, key, str, where)
+        raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key (target, draft, k, p_min, n_ctx, lookup)")
+    draft = _get(t, "draft", str, where)
+    if draft == LOOKUP_ONLY:
+        draft = None  # no draft model: prompt lookup is the draft
+    for key, v in (("target", _get(t, "target", str, where)), ("draft", draft)):
         if (key == "target" and v is None) or (v is not None and v not in models):
-            raise ConfigError(f"{where}.{key} must name a model under [models]")
+            also = ' (or "lookup")' if key == "draft" else ""
+            raise ConfigError(f"{where}.{key} must name a model under [models]{also}")
+    lookup = _get(t, "lookup", bool, where, True)
+    if t.get("draft") == LOOKUP_ONLY and not lookup:
+        raise ConfigError(f'{where}: draft = "lookup" needs lookup = true')
     k = t.get("k", "auto")
     if k != "auto" and (not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= defaults.K_LIMIT):
         raise ConfigError(f'{where}.k must be "auto" or an integer 0..{defaults.K_LIMIT}')
@@ -192,8 +200,9 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
     return PairEntry(
         name,
         t["target"],
-        t.get("draft"),
+        draft,
         None if k == "auto" else k,
         None if p_min is None else float(p_min),
         n_ctx,
+        lookup,
     )

@@ -41,6 +41,7 @@ class LoadOptions:
     k: int | None = None  # fixed draft length; None: adaptive
     p_min: float = 0.0
     name: str | None = None
+    lookup: bool = True  # prompt lookup drafts
 
 
 @dataclass
@@ -121,6 +122,7 @@ def pair_files(
         k=pair.k,
         p_min=pair.p_min if pair.p_min is not None else 0.0,
         name=name,
+        lookup=pair.lookup,
     )
     known = {f.name for f in dataclasses.fields(LoadOptions)}
     unknown = set(overrides) - known

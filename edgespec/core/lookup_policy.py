@@ -1,0 +1,131 @@
+"""When to draft from prompt lookup, and how far: the cost model for a free draft source.
+
+A lookup proposal costs no draft model time: a step that verifies k looked-up
+tokens costs v(k+1) (one target pass over k+1 tokens) plus the step's fixed
+Python work o. It pays when its expected tokens per second,
+
+    speed(k) = E(k) / (v(k+1) + o),    E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i,
+
+beats the alternative (the model draft's best speed, or plain decoding's
+1 / (v(1) + o)). Both costs are measured on this machine: `VerifyTimes` keeps
+the median target time per batch size from every step (plain, model and lookup
+steps all verify a batch), with a line through the measured sizes for the ones
+not yet seen. Acceptance alpha_i is kept per position and per length of the
+matched n-gram (a longer match is a likelier copy), as decayed counts that
+follow the text within a few steps (DECAY) and drift back towards the prior
+while lookup is not used (IDLE_DECAY), so a text that starts copying again is
+noticed. Pure: no model, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+L_MAX = 16  # the longest lookup draft: a copy run rarely holds longer, and v(n) grows with n
+PRIOR = 0.5  # acceptance assumed before anything was seen: enough to try a proposal once
+SHRINK = 4.0  # pseudo-counts pulling each position's rate towards the pooled one
+DECAY = 0.9  # per lookup step: about ten steps of memory, so a turn from copying to prose shows fast
+IDLE_DECAY = 0.99  # per other step: old evidence fades, a proposal gets tried again later
+GROWTH = 0.1  # v(n) / v(1) - 1 per extra token, assumed until two batch sizes were measured
+
+
+class VerifyTimes:
+    """Median seconds of a target pass over n tokens, n = 1..L_MAX+1, measured."""
+
+    def __init__(self, n_max: int = L_MAX + 1) -> None:
+        self.n_max = n_max
+        self._by_n: list[deque[float]] = [deque(maxlen=9) for _ in range(n_max + 1)]
+
+    def add(self, n: int, seconds: float) -> None:
+        if 1 <= n <= self.n_max:
+            self._by_n[n].append(seconds)
+
+    def measured(self) -> list[tuple[int, float]]:
+        return [(n, statistics.median(d)) for n, d in enumerate(self._by_n) if d]
+
+    def cost(self, n: int) -> float:
+        """v(n): the median where measured, else a least-squares line through the measured
+        sizes (never below the largest measured time of a smaller batch: v grows with n)."""
+        pts = self.measured()
+        if not pts:
+            return 0.0
+        exact = dict(pts)
+        if n in exact:
+            return exact[n]
+        if len(pts) == 1:
+            ((n0, t0),) = pts
+            fixed = t0 / (1 + GROWTH * (n0 - 1))
+            line = fixed * (1 + GROWTH * (n - 1))
+        else:
+            mn = sum(p[0] for p in pts) / len(pts)
+            mt = sum(p[1] for p in pts) / len(pts)
+            var = sum((p[0] - mn) ** 2 for p in pts)
+            slope = max(0.0, sum((p[0] - mn) * (p[1] - mt) for p in pts) / var)
+            line = mt + slope * (n - mn)
+        floor = max((t for m, t in pts if m < n), default=0.0)
+        return max(line, floor)
+
+
+class LookupPolicy:
+    """Acceptance of looked-up tokens, and the best length for a proposal."""
+
+    def __init__(self, times: VerifyTimes, n_min: int = 2, n_max: int = 4) -> None:
+        self.times = times
+        self.n_min, self.n_max = n_min, n_max
+        rows = n_max - n_min + 1
+        self._tried = [[0.0] * L_MAX for _ in range(rows)]
+        self._accepted = [[0.0] * L_MAX for _ in range(rows)]
+        self._overhead: deque[float] = deque(maxlen=9)  # step time outside the target pass
+
+    def _row(self, match: int) -> int:
+        return min(max(match, self.n_min), self.n_max) - self.n_min
+
+    def alpha(self, match: int) -> list[float]:
+        tried, accepted = self._tried[self._row(match)], self._accepted[self._row(match)]
+        total = sum(tried)
+        pooled = sum(accepted) / total if total > 0 else PRIOR
+        return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
+
+    def overhead(self) -> float:
+        return statistics.median(self._overhead) if self._overhead else 0.0
+
+    def plain_speed(self) -> float:
+        t = self.times.cost(1) + self.overhead()
+        return 1.0 / t if t > 0 else 0.0
+
+    def best(self, match: int, available: int) -> tuple[int, float]:
+        """(k, expected tokens per second) of the best lookup draft of at most `available`
+        tokens after a match of `match` tokens; (0, 0.0) before any cost was measured."""
+        if available <= 0 or not self.times.measured():
+            return 0, 0.0
+        alpha, o = self.alpha(match), self.overhead()
+        best_k, best_speed, e, run = 0, 0.0, 1.0, 1.0
+        for k in range(1, min(available, L_MAX) + 1):
+            run *= alpha[k - 1]
+            e += run
+            t = self.times.cost(k + 1) + o
+            if t > 0 and e / t > best_speed:
+                best_k, best_speed = k, e / t
+        return best_k, best_speed
+
+    def observe(self, match: int, k: int, n_accepted: int, verify_s: float, step_s: float) -> None:
+        """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept."""
+        self._fade(DECAY)
+        row = self._row(match)
+        for i in range(min(n_accepted + 1, k)):  # positions after a rejection were not tested
+            self._tried[row][i] += 1.0
+            self._accepted[row][i] += i < n_accepted
+        self._overhead.append(max(0.0, step_s - verify_s))
+
+    def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False) -> None:
+        """Any other step: lookup's evidence fades a little; a plain step measures the overhead."""
+        self._fade(IDLE_DECAY)
+        if plain:
+            self._overhead.append(max(0.0, step_s - verify_s))
+
+    def _fade(self, d: float) -> None:
+        for rows in (self._tried, self._accepted):
+            for r in rows:
+                for i in range(len(r)):
+                    r[i] *= d
