@@ -36,7 +36,7 @@ def test_greedy_speculative_equals_greedy_plain(demo_engine, prompt: str) -> Non
     plain = demo_engine.generate(prompt, temperature=0, max_tokens=64, speculative=False)
     for k in (None, 4):
         spec = demo_engine.generate(prompt, temperature=0, max_tokens=64, k=k)
-        assert spec.stats.n_drafted > 0
+        assert spec.stats.n_drafted > 0 or k is None  # adaptive may find plain faster on a loaded machine
         if spec.tokens == plain.tokens:
             continue
         # Batched and one-token matmuls round differently; a divergence is only acceptable

@@ -210,8 +210,8 @@ async def test_toggle_speculation_between_replies() -> None:
         assert app.last_stats.speculative is True and app.last_stats.n_drafted > 0
 
 
-async def test_toggle_speculation_without_a_draft_says_so() -> None:
-    app = create_app(make_engine(draft=False), options=options())
+async def test_toggle_speculation_without_a_draft_or_lookup_says_so() -> None:
+    app = create_app(make_engine(draft=False, lookup=False), options=options())
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         assert app.speculative is False
         await pilot.press("ctrl+t")
@@ -219,6 +219,16 @@ async def test_toggle_speculation_without_a_draft_says_so() -> None:
         assert app.speculative is False
         assert any("no draft" in n.message for n in app._notifications)
         assert "spec n/a" in app.status.content.plain
+
+
+async def test_without_a_draft_model_lookup_speculates_and_is_coloured_apart() -> None:
+    app = create_app(make_engine(draft=False), options=options(max_tokens=60))
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.speculative is True and "lookup" in app.status.content.plain
+        await send(pilot, app, "t5 t9 t13 t5 t9 t13 t5 t9")
+        reply = app.messages("assistant")[0]
+        assert {s.source for s in reply.segments} <= {"lookup", "target"}
+        assert app.last_stats.speculative
 
 
 async def test_toggle_highlighting() -> None:

@@ -70,7 +70,7 @@ class ChatApp(App[None]):
         super().__init__()
         self.engine = engine
         self.options = options or ChatOptions()
-        self.speculative = self.options.speculative and engine.has_draft
+        self.speculative = self.options.speculative and engine.can_speculate
         self.temperature = self.options.temperature
         self.highlight = self.options.highlight
         self.history: list[dict[str, str]] = []
@@ -102,6 +102,7 @@ class ChatApp(App[None]):
         self.sub_title = visible(self.engine.name or "")
         self.status.set(
             has_draft=self.engine.has_draft,
+            lookup=self.engine.lookup,
             speculative=self.speculative,
             k=self.options.k,
             temperature=self.temperature,
@@ -322,8 +323,8 @@ class ChatApp(App[None]):
         self.add_message("note", "new chat")
 
     def action_toggle_spec(self) -> None:
-        if not self.engine.has_draft:
-            self.notify("no draft model is loaded: plain decoding only", severity="warning")
+        if not self.engine.can_speculate:
+            self.notify("no draft model is loaded and lookup is off: plain decoding only", severity="warning")
             return
         self.speculative = not self.speculative
         self.status.set(speculative=self.speculative)

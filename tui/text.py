@@ -47,6 +47,11 @@ def stats_line(stats: Any, *, timings: bool = True) -> str:
     if stats.speculative:
         parts += [
             f"accept {100 * stats.acceptance_rate:.0f}%",
+            *(
+                f"{name} {c['accepted']}/{c['drafted']}"
+                for name, c in sorted(getattr(stats, "sources", {}).items())
+                if len(stats.sources) > 1
+            ),
             f"K={stats.k}",
             f"{stats.tokens_per_step:.2f} tok/step",
             f"speedup {fmt_num(stats.est_speedup if timings else None, '.2f', 'x')}",

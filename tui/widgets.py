@@ -21,7 +21,7 @@ ROLE_TITLES = {"user": "You", "assistant": "Model", "error": "Error", "note": "e
 class MessageView(Static):
     """One message. Model text is rendered as a plain Text: never markup, never escape codes."""
 
-    COMPONENT_CLASSES = {"message--draft", "message--target", "message--meta"}
+    COMPONENT_CLASSES = {"message--draft", "message--lookup", "message--target", "message--meta"}
 
     def __init__(self, role: str, text: str = "", *, highlight: bool = True) -> None:
         super().__init__(classes=role)
@@ -59,10 +59,11 @@ class MessageView(Static):
         out = Text()
         meta_style = self.get_component_rich_style("message--meta")
         if self.role == "assistant" and self.highlight:
-            draft = self.get_component_rich_style("message--draft")
-            target = self.get_component_rich_style("message--target")
+            styles = {
+                source: self.get_component_rich_style(f"message--{source}") for source in ("draft", "lookup", "target")
+            }
             for s in self.segments:
-                out.append(visible(s.text), draft if s.source == "draft" else target)
+                out.append(visible(s.text), styles.get(s.source, styles["target"]))
         else:
             out.append(visible(self.text))
         if self.role == "assistant" and not self.segments and not self.meta:
@@ -75,7 +76,7 @@ class MessageView(Static):
 class StatusBar(Static):
     """Two lines: the last step's speculation stats, then settings, process and GPU."""
 
-    COMPONENT_CLASSES = {"status--draft", "status--target", "status--dim"}
+    COMPONENT_CLASSES = {"status--draft", "status--lookup", "status--target", "status--dim"}
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -83,6 +84,7 @@ class StatusBar(Static):
         self.generating = False
         self.speculative = True
         self.has_draft = True
+        self.lookup = False
         self.k: int | None = None
         self.temperature = 0.8
         self.highlight = True
@@ -110,16 +112,20 @@ class StatusBar(Static):
         out.append("● generating  " if self.generating else "○ idle  ", dim)
         out.append(stats_line(self.stats, timings=self.timings))
         out.append("\n")
-        if not self.has_draft:
-            spec = "spec n/a (no draft)"
+        if not self.has_draft and not self.lookup:
+            spec = "spec n/a (no draft, lookup off)"
         else:
             spec = f"spec {'ON' if self.speculative else 'OFF'}"
             if self.speculative:
                 spec += f" K={'auto' if self.k is None else self.k}"
         out.append(f"{spec} · T={self.temperature:.2f} · ")
         if self.highlight:
-            out.append("draft", self.get_component_rich_style("status--draft"))
-            out.append("/")
+            if self.has_draft:
+                out.append("draft", self.get_component_rich_style("status--draft"))
+                out.append("/")
+            if self.lookup:
+                out.append("lookup", self.get_component_rich_style("status--lookup"))
+                out.append("/")
             out.append("target", self.get_component_rich_style("status--target"))
         else:
             out.append("highlight off")

@@ -21,7 +21,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--pair", help="a pair from models.toml (default: demo)")
     g.add_argument("--target", help="path to the target GGUF (instead of --pair)")
-    g.add_argument("--draft", help="path to the draft GGUF (with --target)")
+    g.add_argument("--draft", help="path to the draft GGUF (with --target; without one, prompt lookup drafts alone)")
+    g.add_argument("--no-lookup", action="store_true", help="no prompt-lookup drafts (model drafts only)")
     g.add_argument("--config", help="models.toml to read (default: search, see README)")
     g.add_argument("--n-ctx", type=int, default=None, help=f"context size (default {defaults.N_CTX})")
     g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
@@ -72,6 +73,7 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
             draft_n_gpu_layers=args.draft_n_gpu_layers,
             threads=args.threads,
             k=args.k,
+            lookup=not args.no_lookup,
         )
     return Engine.from_pair(
         args.pair or "demo",
@@ -83,6 +85,7 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
         draft_n_gpu_layers=args.draft_n_gpu_layers,
         threads=args.threads,
         k=args.k,
+        lookup=False if args.no_lookup else None,
     )
 
 

@@ -119,6 +119,7 @@ def speculation(event: StreamEvent) -> dict[str, Any]:
         "speculative": s.speculative,
         "tokens_per_step": round(s.tokens_per_step, 3),
         "tokens_per_s": round(s.tokens_per_s, 2),
+        "sources": {name: dict(counts) for name, counts in s.sources.items()},  # model / lookup
     }
 
 

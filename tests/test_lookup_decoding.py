@@ -1,0 +1,126 @@
+"""Prompt lookup through the real decoder and engine (fake models): greedy identity with plain
+decoding, draftless and hybrid; the sampled law of lookup drafts with a negative control."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as sps
+
+import edgespec.core.decoder as decoder_mod
+from edgespec.core.controller import AdaptiveK, FixedK
+from edgespec.core.decoder import Decoder
+from edgespec.core.sampling import SamplingParams, to_dist
+from tests.fakes import FakeModel, decode, make_engine
+
+GREEDY = SamplingParams(temperature=0.0)
+# a prompt that repeats itself: what follows "9 13 21" is known from the context
+PROMPT = [1, 5, 9, 13, 21, 30, 44, 5, 9, 13, 21, 30, 44, 5, 9, 13]
+
+
+def tokens(dec: Decoder, ctrl, params=GREEDY, n: int = 60, seed: int = 0) -> tuple[list[int], object]:
+    out, last = [], None
+    for step in decode(dec, PROMPT, params, ctrl, max_tokens=n, rng=np.random.default_rng(seed)):
+        out += step.tokens
+        last = step
+    return out, last
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_draftless_lookup_greedy_equals_plain(k: int) -> None:
+    dec = Decoder(FakeModel(sharp=6.0), lookup=True)  # a sharp model repeats its own loops
+    plain, _ = tokens(Decoder(FakeModel(sharp=6.0)), FixedK(0))
+    spec, last = tokens(dec, FixedK(k, model=False))
+    assert spec == plain
+    assert last.stats.sources["lookup"]["drafted"] > 0 and "model" not in last.stats.sources
+
+
+def test_hybrid_adaptive_greedy_equals_plain() -> None:
+    plain, _ = tokens(Decoder(FakeModel(sharp=6.0)), FixedK(0), n=150)
+    dec = Decoder(FakeModel(sharp=6.0), FakeModel(sharp=6.0, noise=1.0), lookup=True)
+    spec, last = tokens(dec, AdaptiveK(), n=150)
+    assert spec == plain
+
+
+def test_lookup_drafts_are_accepted_on_a_loop() -> None:
+    dec = Decoder(FakeModel(sharp=6.0), lookup=True)
+    _, last = tokens(dec, FixedK(6, model=False), n=120)
+    s = last.stats.sources["lookup"]
+    assert s["accepted"] > 0.5 * s["drafted"]  # the sharp fake settles into a loop lookup can copy
+    assert last.stats.n_generated == 120
+
+
+def test_engine_without_a_draft_model_speculates_by_lookup_unless_told_not_to() -> None:
+    eng = make_engine(draft=False)
+    assert eng.can_speculate and not eng.has_draft
+    res = eng.generate("t5 t9 t13 t5 t9 t13 t5 t9", temperature=0, max_tokens=40, k=4)
+    assert res.stats.speculative and res.stats.n_drafted > 0
+    plain = eng.generate("t5 t9 t13 t5 t9 t13 t5 t9", temperature=0, max_tokens=40, speculative=False)
+    assert not plain.stats.speculative and plain.stats.n_drafted == 0 and plain.tokens == res.tokens
+    off = make_engine(draft=False, lookup=False)
+    assert not off.can_speculate
+    assert not off.generate("t5 t9", temperature=0, max_tokens=10).stats.speculative
+
+
+def test_lookup_tokens_are_their_own_segments() -> None:
+    eng = make_engine(draft=False)
+    sources = set()
+    for event in eng.stream("t5 t9 t13 t5 t9 t13 t5 t9", temperature=0, max_tokens=60, k=4):
+        sources |= {s.source for s in event.segments}
+        assert "".join(s.text for s in event.segments) == event.text
+    assert sources <= {"lookup", "target"} and "target" in sources
+
+
+# -- the sampled law -----------------------------------------------------------------------------
+N_VOCAB, N = 6, 6000
+FULL = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+LOOP = [1, 3, 4, 5, 3, 4, 5, 3, 4]  # lookup proposes 5, 3 after "3 4"
+
+
+def _target_joint(target: FakeModel) -> np.ndarray:
+    def dist(ctx: list[int]) -> np.ndarray:
+        return to_dist(target._row(ctx).copy(), FULL).dense(N_VOCAB)
+
+    p1 = dist(LOOP)
+    joint = np.zeros((N_VOCAB, N_VOCAB))
+    for t1 in np.flatnonzero(p1):
+        joint[t1] = p1[t1] * dist([*LOOP, int(t1)])
+    return joint
+
+
+def _pairs(seed: int) -> np.ndarray:
+    counts = np.zeros((N_VOCAB, N_VOCAB))
+    dec = Decoder(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0), lookup=True)
+    rng = np.random.default_rng(seed)
+    ctrl = FixedK(2, model=False)
+    for _ in range(N):
+        out = [t for s in decode(dec, LOOP, FULL, ctrl, max_tokens=2, rng=rng) for t in s.tokens]
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
+    expected = joint * counts.sum()
+    assert counts[expected == 0].sum() == 0
+    big = expected >= 5
+    return float(sps.chisquare(np.append(counts[big], counts[~big].sum()),
+                               np.append(expected[big], expected[~big].sum())).pvalue)  # fmt: skip
+
+
+def test_sampled_lookup_output_follows_the_target() -> None:
+    joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))
+    assert _pvalue(_pairs(seed=11), joint) > 1e-3
+
+
+def test_negative_control_a_lookup_draft_always_accepted_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_verify = decoder_mod.verify
+
+    def accept_lookup(draft, q, p, rng):
+        # WRONG on purpose: a one-hot proposal accepted whatever p says
+        if draft and all(d.ids.size == 1 for d in q):
+            return len(draft), p[len(draft)].sample(rng)
+        return real_verify(draft, q, p, rng)
+
+    monkeypatch.setattr(decoder_mod, "verify", accept_lookup)
+    joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))
+    assert _pvalue(_pairs(seed=11), joint) < 1e-6
