@@ -8,8 +8,8 @@ reused) and `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...);
 a stream carries them in its last chunk.
 
 This module is the thin adapter: request fields -> `Engine.stream` options,
-events -> OpenAI JSON. Turn-taking and disconnects live in server_queue.py;
-Host/key/body checks and the error shape in server_http.py. Requests carry
+events -> OpenAI JSON. Turn-taking and disconnects live in queue.py;
+Host/key/body checks, crashes and the error shape in guard.py. Requests carry
 data only: no file paths, no templates, no model switching (`model` is
 accepted and ignored; responses name the loaded pair).
 """
@@ -245,11 +245,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ClientGone)
     async def gone(_: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nobody reads it; the nginx convention for the log
-
-    @app.exception_handler(Exception)
-    async def crash(_: Request, exc: Exception) -> JSONResponse:
-        log.error("request failed", exc_info=exc)
-        return error(500, "internal server error; see the server log")
 
 
 # -- running it ----------------------------------------------------------------------

@@ -9,7 +9,9 @@ hmac.compare_digest; /health is exempt); a body over the limit gets 413,
 judged by Content-Length and by the bytes actually received (a chunked body
 is read up to the limit, never past it). The checked body is then replayed to
 the app, and later `receive()` calls pass through, so the app still sees the
-client's disconnect.
+client's disconnect. An exception that escapes the app is logged once and
+answered here with a 500 in OpenAI's shape, so /metrics counts it too (past
+this point Starlette would log it a second time and answer unseen).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgespec import EdgespecError
 
+log = logging.getLogger("edgespec.server")
 MAX_BODY = 1024 * 1024
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _TYPES = {
@@ -145,7 +149,23 @@ class Guard:
                 )
                 return
             receive = _replay(body, receive)
-        await self.app(scope, receive, send)
+        await self._run_app(scope, receive, send)
+
+    async def _run_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watching_send)
+        except Exception:
+            if started:  # too late for a status: the server closes the connection and logs it
+                raise
+            log.exception("request failed: %s %s", scope["method"], scope["path"])
+            await reply(send, 500, "internal server error; see the server log")
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         parts: list[bytes] = []
