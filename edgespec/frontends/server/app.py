@@ -225,6 +225,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "invalid_request":  # schema.reject: the message says it all
+            return error(400, first["ctx"]["message"], param=first["ctx"]["param"])
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
         where = f" (at {'.'.join(loc)})" if loc else ""
         return error(400, f"{first.get('msg', 'invalid request')}{where}", param=loc[0] if loc else None)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from edgespec import StreamEvent, defaults
 
@@ -22,10 +23,46 @@ Stop = Annotated[str, Field(max_length=256)]
 
 
 # -- requests -----------------------------------------------------------------------
+def reject(message: str, param: str | None = None) -> NoReturn:
+    """Fail validation with `message` as the whole 400 message (the app reads it from ctx)."""
+    raise PydanticCustomError("invalid_request", "{message}", {"message": message, "param": param})
+
+
+def _lone_surrogate(value: Any, path: str) -> str | None:
+    """The path of the first string (key or value) that UTF-8 cannot encode, or None.
+    JSON's \\ud800 escapes let lone surrogates in (Python's json even decodes them from raw bytes)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}" if path else str(key)
+        found = _lone_surrogate(key, f"a key in {path or 'the body'}") or _lone_surrogate(item, where)
+        if found:
+            return found
+    return None
+
+
 class Sampling(BaseModel):
     """Fields both endpoints share. Unknown fields are ignored, as OpenAI's clients expect."""
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        where = _lone_surrogate(data, "")
+        if where is not None:
+            reject(
+                f"{where} is not valid Unicode: it holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape "
+                "without its pair); send text as UTF-8 or as complete surrogate pairs",
+                where.split(".")[0] if not where.startswith(("a key", "the body")) else None,
+            )
+        return data
+
     model: str | None = None
     max_tokens: int | None = Field(
         None, ge=1, description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); clamped to the context"
