@@ -6,11 +6,16 @@ Same fake engine as test_server.py ("t<id> " text, a concatenating chat template
 from __future__ import annotations
 
 import logging
+import threading
 
 import httpx
+import pytest
 
+from edgespec import defaults
+from edgespec.api.engine import Engine
 from edgespec.frontends.server.app import create_app, serve_in_thread
-from tests.test_server import fake_engine
+from tests.fakes import FakeModel
+from tests.test_server import SlowModel, client, fake_engine, wait_for
 
 
 def metric_values(url: str) -> dict[str, float]:
@@ -45,3 +50,70 @@ def test_a_crash_is_one_500_counted_in_metrics_and_logged_once() -> None:
         assert tracebacks.count == 1
         assert metric_values(url)['edgespec_requests_total{code="500"}'] == 1
         assert httpx.post(f"{url}/v1/completions", json={"prompt": "t5", "max_tokens": 2}).status_code == 200
+
+
+class SlowTokenizer(SlowModel):
+    """A fake target whose tokenizer holds any text with "t63" in it until `release` is set
+    (and whose forward passes wait for `gate`, as SlowModel's)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.calls = 0
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        self.calls += 1
+        if "t63" in text:
+            self.entered.set()
+            self.release.wait(30)
+        return super().tokenize(text, add_special=add_special, parse_special=parse_special)
+
+
+def test_a_slow_prompt_tokenizes_beside_the_engine_and_other_requests_go_ahead() -> None:
+    engine = Engine(SlowTokenizer(64), FakeModel(64, noise=0.5), name="fake")
+    target = engine.target
+    assert isinstance(target, SlowTokenizer)
+    with serve_in_thread(create_app(engine)) as url:
+        slow: dict[str, int] = {}
+        body = {"prompt": "t5 t63", "max_tokens": 3}
+        t = threading.Thread(
+            target=lambda: slow.update(code=httpx.post(f"{url}/v1/completions", json=body).status_code)
+        )
+        t.start()
+        try:
+            assert target.entered.wait(10)
+            fast = httpx.post(f"{url}/v1/completions", json={"prompt": "t5", "max_tokens": 3}, timeout=5)
+            assert fast.status_code == 200  # served while the slow prompt is still being tokenized
+        finally:
+            target.release.set()
+            t.join(10)
+        assert slow == {"code": 200}
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_an_oversize_prompt_is_refused_before_tokenizing_and_without_waiting_for_a_turn(path: str) -> None:
+    engine = Engine(SlowTokenizer(64, n_ctx=512), FakeModel(64, noise=0.5, n_ctx=512), name="fake")
+    target = engine.target
+    assert isinstance(target, SlowTokenizer)
+    target.release.set()
+    target.gate.clear()  # the first request holds the engine (and its turn) until the gate opens
+    huge = "t5 " * (512 * defaults.PROMPT_CHARS_PER_TOKEN // 3 + 1)  # over 8 characters per context token
+    long = "t5 " * 600  # few enough characters, but 600 tokens
+    app = create_app(engine)
+    with serve_in_thread(app) as url:
+        first = threading.Thread(target=lambda: client(url).completions.create(model="m", prompt="t5", max_tokens=2))
+        first.start()
+        try:
+            wait_for(lambda: app.state.queue.running)
+            calls = target.calls
+            for prompt, what in ((huge, "characters"), (long, "tokens")):
+                message = {"role": "user", "content": prompt}
+                body = {"prompt": prompt} if path == "/v1/completions" else {"messages": [message]}
+                r = httpx.post(f"{url}{path}", json=body, timeout=5)
+                err = r.json()["error"]
+                assert r.status_code == 400 and err["code"] == "context_length_exceeded", r.text
+                assert f"{what} but the context holds 512" in err["message"]
+            assert target.calls == calls + 1  # the character bound answered without tokenizing
+        finally:
+            target.gate.set()
+            first.join(10)

@@ -134,8 +134,8 @@ def create_app(
     return app
 
 
-def _engine_options(body: Sampling, max_tokens: int | None, defaults: dict[str, Any], n_ctx: int) -> dict:
-    opts = dict(defaults)
+def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, Any], n_ctx: int) -> dict:
+    opts = dict(options)
     for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop"):
         value = getattr(body, name)
         if value is not None:
@@ -147,6 +147,32 @@ def _engine_options(body: Sampling, max_tokens: int | None, defaults: dict[str, 
     return opts
 
 
+def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
+    """Refuse text that cannot fit before paying for tokenizing it (tokens rarely span
+    more than a few characters; special-token text is slow to tokenize)."""
+    if isinstance(prompt, str):
+        chars = len(prompt)
+    else:
+        chars = sum(len(m["content"]) for m in prompt if isinstance(m, dict))
+    limit = n_ctx * defaults.PROMPT_CHARS_PER_TOKEN
+    if chars > limit:
+        raise ContextFullError(
+            f"the prompt is {chars} characters but the context holds {n_ctx} tokens, so prompts "
+            f"are limited to {limit} characters; shorten it or start a new conversation"
+        )
+
+
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool) -> list[int]:
+    """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
+    tokens = engine.tokenize(prompt, raw=raw)
+    if len(tokens) >= engine.n_ctx:
+        raise ContextFullError(
+            f"the prompt is {len(tokens)} tokens but the context holds {engine.n_ctx}; "
+            "shorten it or start a new conversation"
+        )
+    return tokens
+
+
 async def _complete(
     queue: GenerationQueue,
     request: Request,
@@ -154,12 +180,15 @@ async def _complete(
     fmt: Format,
     prompt: Any,
     max_tokens: int | None,
-    defaults: dict[str, Any],
+    options: dict[str, Any],
 ) -> Response:
     engine = queue.engine
-    opts = _engine_options(body, max_tokens, defaults, engine.n_ctx)
+    opts = _engine_options(body, max_tokens, options, engine.n_ctx)
     raw = isinstance(fmt, TextFormat)
-    job = await queue.start(request.receive, lambda: engine.stream(prompt, raw=raw, **opts))
+    queue.check_room()  # a 503 costs no tokenizing
+    _check_prompt_size(prompt, engine.n_ctx)
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw))
+    job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
     except BaseException:

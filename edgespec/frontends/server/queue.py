@@ -6,7 +6,10 @@ raises `QueueFull` (the app answers 503). Every call into the engine runs on
 one worker thread, in submission order, so a finished or abandoned
 generation's cleanup (closing its stream, which rewinds the caches and
 releases the engine's lock) always runs before the next request's first step,
-without the event loop ever waiting for it.
+without the event loop ever waiting for it. Work that needs no turn
+(tokenizing a prompt, rendering its chat template) runs on other threads
+before the request queues (`prepare`), so a long prompt never stalls the
+generation in progress.
 
 A client that goes away is noticed by a task that waits for the ASGI
 `http.disconnect` message: it sets `engine.cancel()`, which ends the
@@ -22,11 +25,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from edgespec import Engine, Generation, Stats, StreamEvent
 
 log = logging.getLogger("edgespec.server")
+T = TypeVar("T")
+PREPARE_THREADS = 2  # prompts tokenized at once, beside the generation in progress
 
 
 class QueueFull(Exception):
@@ -157,6 +162,17 @@ class GenerationQueue:
         self.running = False
         self._turn = asyncio.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
+        self._preparer = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgespec-tokenize")
+
+    def check_room(self) -> None:
+        """Raise QueueFull when no more requests may wait."""
+        if (self.running or self.waiting) and self.waiting >= self.max_waiting:
+            waits = self.waiting + 1
+            raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
+
+    async def prepare(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (tokenizing) off the engine's thread, without taking a turn."""
+        return await asyncio.get_running_loop().run_in_executor(self._preparer, fn)
 
     async def start(self, receive: Callable[[], Any], make_stream: Callable[[], Generation]) -> Job:
         """Wait for this request's turn and open its stream (on the worker thread).
@@ -164,9 +180,7 @@ class GenerationQueue:
         Raises QueueFull when too many wait, ClientGone when the client left while
         waiting, and whatever `make_stream` raises (EdgespecError for a bad prompt).
         """
-        if (self.running or self.waiting) and self.waiting >= self.max_waiting:
-            waits = self.waiting + 1
-            raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
+        self.check_room()
         job = Job(self, receive)
         self.waiting += 1
         try:
@@ -199,6 +213,7 @@ class GenerationQueue:
     def shutdown(self) -> None:
         self.engine.cancel()
         self._worker.shutdown(wait=False, cancel_futures=True)
+        self._preparer.shutdown(wait=False, cancel_futures=True)
 
 
 class Job:
