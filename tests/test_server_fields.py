@@ -15,6 +15,7 @@ import pytest
 from edgespec.api.engine import Engine
 from edgespec.frontends.server.app import create_app, serve_in_thread
 from tests.fakes import FakeModel
+from tests.test_server import CHAT, client
 
 
 class Utf8Model(FakeModel):
@@ -67,3 +68,17 @@ def test_a_lone_surrogate_in_any_text_field_is_a_400_that_says_so(url: str, path
     assert "lone UTF-16 surrogate" in err["message"] and err["param"] == param
     paired = rb'{"messages": [{"role": "user", "content": "t5 \ud83d\ude00"}], "max_tokens": 2}'
     assert post(url, "/v1/chat/completions", paired).status_code == 200
+
+
+def test_seed_minus_one_is_random_and_any_big_seed_reproduces_its_answer(url: str) -> None:
+    c = client(url)
+
+    def ask(seed: int) -> str:
+        r = c.chat.completions.create(
+            model="m", messages=CHAT, max_tokens=16, temperature=1.0, seed=seed, extra_body={"k": 3}
+        )
+        return r.choices[0].message.content or ""
+
+    assert ask(-1)  # llama.cpp's "random seed"
+    for big in (2**63, 2**64 + 7, 10**30, -(2**70)):
+        assert ask(big) == ask(big)

@@ -142,8 +142,10 @@ def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, A
             opts[name] = value
     # past what the context holds, the engine stops at its end with finish_reason "length"
     opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
-    if opts["seed"] is not None:
-        opts["seed"] %= 2**64  # any JSON integer is a valid seed
+    if opts["seed"] == -1:
+        opts["seed"] = None  # llama.cpp's "random"
+    elif opts["seed"] is not None:
+        opts["seed"] %= 2**63  # any other JSON integer names one fixed random stream
     return opts
 
 

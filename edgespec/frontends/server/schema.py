@@ -71,7 +71,7 @@ class Sampling(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
     top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
     min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
-    seed: int | None = None
+    seed: int | None = Field(None, description="-1: random (as llama.cpp); any other integer, reduced mod 2**63")
     stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None
     stream: bool | None = False
     n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
