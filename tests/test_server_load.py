@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import httpx
+import openai
 import pytest
 
 from edgespec import defaults
@@ -117,3 +119,38 @@ def test_an_oversize_prompt_is_refused_before_tokenizing_and_without_waiting_for
         finally:
             target.gate.set()
             first.join(10)
+
+
+def test_retry_after_follows_recent_requests_not_slow_ones_long_gone() -> None:
+    engine = fake_engine()
+    app = create_app(engine, max_queue=7)  # one running + seven waiting
+    queue = app.state.queue
+    gate = engine.target.gate
+
+    def ask(url: str) -> None:
+        client(url).completions.create(model="m", prompt="t5", max_tokens=2)
+
+    with serve_in_thread(app) as url:
+        gate.clear()
+        slow = threading.Thread(target=ask, args=(url,))
+        slow.start()
+        time.sleep(2.0)  # one slow request...
+        gate.set()
+        slow.join(10)
+        for _ in range(defaults.RETRY_AFTER_WINDOW):  # ...then the queue moves fast again
+            ask(url)
+        gate.clear()
+        threads = []
+        for i in range(8):
+            threads.append(threading.Thread(target=ask, args=(url,)))
+            threads[-1].start()
+            wait_for(lambda i=i: queue.running and queue.waiting == i)
+        try:
+            with pytest.raises(openai.APIStatusError) as err:
+                client(url).completions.create(model="m", prompt="t5", max_tokens=2)
+            assert err.value.status_code == 503
+            assert err.value.response.headers["retry-after"] == "1"  # 8 ahead at milliseconds each
+        finally:
+            gate.set()
+            for t in threads:
+                t.join(10)

@@ -21,6 +21,7 @@ K_MAX = 10  # largest K the adaptive controller tries
 HOST = "127.0.0.1"
 PORT = 8080
 QUEUE = 8  # requests that may wait for the engine
+RETRY_AFTER_WINDOW = 5  # Retry-After: the mean time of this many recent requests, times those ahead
 PROMPT_CHARS_PER_TOKEN = 8  # a prompt over n_ctx * this many characters is refused before tokenizing
 
 SAMPLING = {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P, "min_p": MIN_P}

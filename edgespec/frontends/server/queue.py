@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from edgespec import Engine, Generation, Stats, StreamEvent
+from edgespec import Engine, Generation, Stats, StreamEvent, defaults
 
 log = logging.getLogger("edgespec.server")
 T = TypeVar("T")
@@ -57,7 +59,7 @@ class Metrics:
         self.accepted = 0
         self.steps = 0
         self.decode_s = 0.0
-        self.busy_s = 0.0
+        self.recent_s: deque[float] = deque(maxlen=defaults.RETRY_AFTER_WINDOW)  # the last requests' times
         self.last_k = 0
         self.last_s_per_token = 0.0
 
@@ -73,13 +75,16 @@ class Metrics:
         self.accepted += s.n_accepted
         self.steps += s.steps
         self.decode_s += s.decode_s
-        self.busy_s += s.elapsed_s
+        self.recent_s.append(s.elapsed_s)
         self.last_k = s.k
         if s.n_generated:
             self.last_s_per_token = s.decode_s / s.n_generated
 
-    def mean_request_s(self) -> float:
-        return self.busy_s / self.generations if self.generations else 1.0
+    def retry_after(self, ahead: int) -> int:
+        """Seconds until a request that `ahead` requests precede may get its turn: the queue as
+        it is now (recent requests' times), not the history (slow requests long gone)."""
+        mean = sum(self.recent_s) / len(self.recent_s) if self.recent_s else 1.0
+        return max(1, min(60, math.ceil(mean * ahead)))
 
     def render(self, waiting: int, busy: bool) -> str:
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
@@ -167,8 +172,7 @@ class GenerationQueue:
     def check_room(self) -> None:
         """Raise QueueFull when no more requests may wait."""
         if (self.running or self.waiting) and self.waiting >= self.max_waiting:
-            waits = self.waiting + 1
-            raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
+            raise QueueFull(self.metrics.retry_after(self.waiting + 1))  # those waiting and the one running
 
     async def prepare(self, fn: Callable[[], T]) -> T:
         """Run `fn` (tokenizing) off the engine's thread, without taking a turn."""
