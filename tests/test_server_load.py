@@ -6,6 +6,7 @@ Same fake engine as test_server.py ("t<id> " text, a concatenating chat template
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -16,6 +17,7 @@ import pytest
 from edgespec import defaults
 from edgespec.api.engine import Engine
 from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.limits import uvicorn_config
 from tests.fakes import FakeModel
 from tests.test_server import SlowModel, client, fake_engine, wait_for
 
@@ -154,3 +156,38 @@ def test_retry_after_follows_recent_requests_not_slow_ones_long_gone() -> None:
             gate.set()
             for t in threads:
                 t.join(10)
+
+
+def raw_exchange(url: str, data: bytes, wait_s: float) -> tuple[bytes, float]:
+    """Send `data` on a fresh connection, then read until the server closes it (or `wait_s`)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    t0 = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
+        sock.sendall(data)
+        got = b""
+        try:
+            while chunk := sock.recv(4096):
+                got += chunk
+        except TimeoutError:
+            got += b"<still open>"
+    return got, time.monotonic() - t0
+
+
+def test_slow_headers_are_cut_off_and_a_trickled_body_gets_408() -> None:
+    app = create_app(fake_engine(), body_timeout_s=0.5)
+    with serve_in_thread(app, header_timeout_s=0.5) as url:
+        got, took = raw_exchange(url, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait_s=5)
+        assert got == b"" and took < 3  # closed, headers unfinished
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        got, took = raw_exchange(url, head + b"Content-Length: 100\r\n\r\n" + b'{"prompt": ', wait_s=5)
+        assert got.startswith(b"HTTP/1.1 408") and b"request_timeout" in got and took < 3
+        assert httpx.post(f"{url}/v1/completions", json={"prompt": "t5", "max_tokens": 1}).status_code == 200
+        assert metric_values(url)['edgespec_requests_total{code="408"}'] == 1
+
+
+def test_the_server_runs_with_bounded_connections_headers_and_keep_alive() -> None:
+    config = uvicorn_config(create_app(fake_engine()), host="127.0.0.1", port=8080)
+    assert config.timeout_keep_alive == defaults.KEEP_ALIVE_S
+    assert config.limit_concurrency == defaults.MAX_CONNECTIONS
+    assert config.h11_max_incomplete_event_size == defaults.MAX_HEADER_BYTES
+    assert config.http.header_timeout_s == defaults.HEADER_TIMEOUT_S  # type: ignore[union-attr]

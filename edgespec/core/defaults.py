@@ -21,6 +21,11 @@ K_MAX = 10  # largest K the adaptive controller tries
 HOST = "127.0.0.1"
 PORT = 8080
 QUEUE = 8  # requests that may wait for the engine
+HEADER_TIMEOUT_S = 10  # a connection whose request headers take longer is closed
+BODY_TIMEOUT_S = 30  # a request body that takes longer gets 408
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this
+MAX_CONNECTIONS = 64  # open connections; a request past them gets 503 at once
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers
 RETRY_AFTER_WINDOW = 5  # Retry-After: the mean time of this many recent requests, times those ahead
 PROMPT_CHARS_PER_TOKEN = 8  # a prompt over n_ctx * this many characters is refused before tokenizing
 

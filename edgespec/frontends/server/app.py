@@ -69,6 +69,7 @@ def create_app(
     max_queue: int = defaults.QUEUE,
     defaults: dict[str, Any] | None = None,
     allowed_hosts: tuple[str, ...] = (),
+    body_timeout_s: float = defaults.BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The ASGI app. `defaults`: sampling options for fields a request leaves out
     (as `options.sampling_options` returns them). `port` is informational."""
@@ -93,7 +94,8 @@ def create_app(
         description=f"OpenAI-compatible endpoint over {engine.name} (port {port})",
     )
     app.state.queue = queue
-    app.add_middleware(Guard, hosts=allowed_host_names(host, allowed_hosts), api_key=api_key, metrics=metrics)
+    hosts = allowed_host_names(host, allowed_hosts)
+    app.add_middleware(Guard, hosts=hosts, api_key=api_key, metrics=metrics, body_timeout_s=body_timeout_s)
     if cors_origin:  # outermost, so that preflights and error replies carry the CORS headers
         app.add_middleware(
             CORSMiddleware,
@@ -282,16 +284,21 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 # -- running it ----------------------------------------------------------------------
 @contextlib.contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, header_timeout_s: float = defaults.HEADER_TIMEOUT_S
+) -> Iterator[str]:
     """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL."""
     import uvicorn
+
+    from .limits import uvicorn_config
 
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets; without it every
     # response waits ~40 ms for a delayed ACK
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    config = uvicorn_config(app, header_timeout_s=header_timeout_s, log_level="warning", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -7,6 +7,7 @@ FastAPI) is imported only when the command runs, so other commands start fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -62,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .guard import check_bind
+    from .limits import uvicorn_config
 
     api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
     check_bind(args.host, api_key)  # before minutes of model loading
@@ -86,12 +88,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
         file=sys.stderr,
     )
-    uvicorn.run(
+    config = uvicorn_config(
         app,
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",
-        server_header=False,
         timeout_graceful_shutdown=3,
     )
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        raise EdgespecError(f"could not serve at {bound}:{args.port} (is the port in use? see the line above)")
     return 0
