@@ -32,20 +32,10 @@ from starlette.exceptions import HTTPException
 
 from edgespec import ContextFullError, EdgespecError, Engine, StreamEvent, defaults
 
+from .fields import ChatRequest, CompletionRequest, Sampling, explain, message_text
 from .guard import Guard, allowed_host_names, check_bind, error_body
 from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
-from .schema import (
-    COMPLETION_RESPONSES,
-    ERRORS,
-    ChatFormat,
-    ChatRequest,
-    CompletionRequest,
-    Format,
-    Sampling,
-    TextFormat,
-    message_text,
-    sse_data,
-)
+from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
 
 log = logging.getLogger("edgespec.server")
 
@@ -70,13 +60,17 @@ def create_app(
     defaults: dict[str, Any] | None = None,
     allowed_hosts: tuple[str, ...] = (),
     body_timeout_s: float = defaults.BODY_TIMEOUT_S,
+    max_tokens_cap: int = defaults.MAX_TOKENS_CAP,
 ) -> FastAPI:
     """The ASGI app. `defaults`: sampling options for fields a request leaves out
-    (as `options.sampling_options` returns them). `port` is informational."""
+    (as `options.sampling_options` returns them). `max_tokens_cap`: the most tokens one
+    request may generate, whatever it asks or the default says. `port` is informational."""
     check_bind(host, api_key)
     if max_queue < 0:
         raise EdgespecError(f"the queue bound must be >= 0 (got {max_queue})")
     options = {**DEFAULTS, **(defaults or {})}
+    if max_tokens_cap < 1:
+        raise EdgespecError(f"--max-tokens-cap must be >= 1 (got {max_tokens_cap})")
     metrics = Metrics()
     queue = GenerationQueue(engine, max_queue, metrics)
 
@@ -105,16 +99,26 @@ def create_app(
         )
     _add_error_handlers(app)
 
+    card = {"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}
+
     @app.get("/health", responses=ERRORS)
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/v1/models", responses=ERRORS)
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}],
-        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}", responses=ERRORS)
+    async def model(model_id: str) -> Any:
+        if model_id != engine.name:
+            message = f"the model '{model_id}' is not served here; this server serves '{engine.name}'"
+            body = error_body(404, message, param="model", code="model_not_found")
+            return JSONResponse(body, status_code=404)
+        return card
+
+    for path, endpoint in (("/health", health), ("/v1/models", models), ("/v1/models/{model_id:path}", model)):
+        app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)  # uvicorn sends no body
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
     async def prometheus() -> str:
@@ -122,8 +126,12 @@ def create_app(
 
     @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
-        messages = [{"role": m.role, "content": message_text(m.content)} for m in body.messages]
-        limit = body.max_completion_tokens or body.max_tokens
+        # "developer" is OpenAI's newer name for "system", which chat templates know
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": message_text(m.content)}
+            for m in body.messages
+        ]
+        limit = min(body.max_completion_tokens or body.max_tokens or options["max_tokens"], max_tokens_cap)
         return await _complete(queue, request, body, ChatFormat(engine.name), messages, limit, options)
 
     @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
@@ -131,7 +139,8 @@ def create_app(
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]  # a batch of one
-        return await _complete(queue, request, body, TextFormat(engine.name), prompt, body.max_tokens, options)
+        limit = min(body.max_tokens or options["max_tokens"], max_tokens_cap)
+        return await _complete(queue, request, body, TextFormat(engine.name), prompt, limit, options)
 
     return app
 
@@ -256,13 +265,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(status, message, **kw), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "invalid_request":  # schema.reject: the message says it all
-            return error(400, first["ctx"]["message"], param=first["ctx"]["param"])
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        where = f" (at {'.'.join(loc)})" if loc else ""
-        return error(400, f"{first.get('msg', 'invalid request')}{where}", param=loc[0] if loc else None)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = explain(exc.errors(), exc.body, request.headers.get("content-type"))
+        return error(400, message, param=param)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:

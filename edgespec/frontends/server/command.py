@@ -50,6 +50,14 @@ def add_parser(sub: Any) -> None:
         help="also accept this Host header (the name remote clients use; repeatable)",
     )
     g.add_argument(
+        "--max-tokens-cap",
+        type=int,
+        default=defaults.MAX_TOKENS_CAP,
+        metavar="N",
+        help="the most tokens one request may generate, whatever it asks: no request holds the engine "
+        f"for the whole context (default {defaults.MAX_TOKENS_CAP})",
+    )
+    g.add_argument(
         "--queue",
         type=int,
         default=defaults.QUEUE,
@@ -81,6 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.queue,
         defaults=shared.sampling_options(args),
         allowed_hosts=tuple(args.allow_host),
+        max_tokens_cap=args.max_tokens_cap,
     )
     bound = f"[{args.host}]" if ":" in args.host else args.host
     print(

@@ -1,10 +1,9 @@
-"""OpenAI's wire format for edgespec's server: request models and response JSON.
+"""OpenAI's wire format for edgespec's server: the error shape and the response JSON.
 
-Request models accept what OpenAI's clients send and ignore unknown fields;
-wrong types fail validation (the app answers 400 in OpenAI's error shape).
 Responses and stream chunks follow OpenAI's chat.completion / text_completion
 objects, plus `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...)
-next to `usage`; a stream carries both in its last chunk.
+next to `usage`; a stream carries both in its last chunk. The request models
+are in fields.py.
 """
 
 from __future__ import annotations
@@ -12,94 +11,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel
 
-from edgespec import StreamEvent, defaults
-
-Stop = Annotated[str, Field(max_length=256)]
+from edgespec import StreamEvent
 
 
-# -- requests -----------------------------------------------------------------------
-def reject(message: str, param: str | None = None) -> NoReturn:
-    """Fail validation with `message` as the whole 400 message (the app reads it from ctx)."""
-    raise PydanticCustomError("invalid_request", "{message}", {"message": message, "param": param})
-
-
-def _lone_surrogate(value: Any, path: str) -> str | None:
-    """The path of the first string (key or value) that UTF-8 cannot encode, or None.
-    JSON's \\ud800 escapes let lone surrogates in (Python's json even decodes them from raw bytes)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "the body"
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        where = f"{path}.{key}" if path else str(key)
-        found = _lone_surrogate(key, f"a key in {path or 'the body'}") or _lone_surrogate(item, where)
-        if found:
-            return found
-    return None
-
-
-class Sampling(BaseModel):
-    """Fields both endpoints share. Unknown fields are ignored, as OpenAI's clients expect."""
-
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        where = _lone_surrogate(data, "")
-        if where is not None:
-            reject(
-                f"{where} is not valid Unicode: it holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape "
-                "without its pair); send text as UTF-8 or as complete surrogate pairs",
-                where.split(".")[0] if not where.startswith(("a key", "the body")) else None,
-            )
-        return data
-
-    model: str | None = None
-    max_tokens: int | None = Field(
-        None, ge=1, description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); clamped to the context"
-    )
-    temperature: float | None = Field(None, ge=0, description=f"default {defaults.TEMPERATURE}")
-    top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
-    top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
-    min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
-    seed: int | None = Field(None, description="-1: random (as llama.cpp); any other integer, reduced mod 2**63")
-    stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None
-    stream: bool | None = False
-    n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
-    speculative: bool | None = Field(None, description="extension; false: plain decoding")
-    k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text"]
-    text: str = ""
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: str
-    content: str | list[TextPart] | None = None
-
-
-class ChatRequest(Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-
-
-class CompletionRequest(Sampling):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | list[int]
-
-
+# -- errors -------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     message: str
     type: str
@@ -122,12 +41,6 @@ COMPLETION_RESPONSES = {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
 }
-
-
-def message_text(content: str | list[TextPart] | None) -> str:
-    if isinstance(content, list):
-        return "".join(p.text for p in content)
-    return content or ""
 
 
 def sse_data(obj: dict) -> str:
