@@ -5,6 +5,7 @@ Same fake engine as test_server.py ("t<id> " text, a concatenating chat template
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -191,3 +192,16 @@ def test_the_server_runs_with_bounded_connections_headers_and_keep_alive() -> No
     assert config.limit_concurrency == defaults.MAX_CONNECTIONS
     assert config.h11_max_incomplete_event_size == defaults.MAX_HEADER_BYTES
     assert config.http.header_timeout_s == defaults.HEADER_TIMEOUT_S  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_speculation_k_is_the_k_the_controller_chose_not_the_clipped_draft(stream: bool) -> None:
+    with serve_in_thread(create_app(fake_engine())) as url:
+        body = {"prompt": "t5", "max_tokens": 3, "temperature": 0, "k": 5, "stream": stream}
+        r = httpx.post(f"{url}/v1/completions", json=body)
+        last = [line for line in r.text.split("\n\n") if line.startswith("data: {")][-1] if stream else None
+        spec = (json.loads(last.removeprefix("data: ")) if last else r.json())["speculation"]
+        # three tokens leave room for fewer than five drafts per step: the steps drafted less
+        assert spec["draft_n"] < 5 * spec["steps"]
+        assert spec["k"] == 5
+        assert metric_values(url)["edgespec_current_k"] == 5
