@@ -118,6 +118,9 @@ def test_misleading_400s_now_say_what_is_wrong(url: str) -> None:
         ({"presence_penalty": 0.5}, "presence_penalty", "penalties"),
         ({"frequency_penalty": -1}, "frequency_penalty", "penalties"),
         ({"logit_bias": {"5": 10}}, "logit_bias", "biases"),
+        ({"modalities": ["text", "audio"]}, "modalities", "text only"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "text only"),
+        ({"web_search_options": {}}, "web_search_options", "web"),
     ],
 )
 def test_chat_fields_the_server_cannot_honour_are_a_400_that_says_so(
@@ -154,6 +157,7 @@ def test_neutral_values_of_unsupported_fields_are_accepted(url: str) -> None:
         "frequency_penalty": 0.0,
         "logit_bias": {},
         "user": "someone",
+        "modalities": ["text"],
     }
     r = post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "temperature": 0, **neutral})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == reference(CHAT, max_tokens=4)

@@ -4,8 +4,8 @@ A field is either honoured, an extension (top_k, min_p, speculative, k),
 accepted with no effect (model, user, metadata: they change nothing about the
 answer), or refused with a 400 that says why: a field whose value would
 change the answer in a way the server cannot (images, n > 1, tools,
-response_format, logprobs, penalties, logit_bias, echo, best_of, suffix) is
-never silently ignored. Unknown fields are ignored, as OpenAI's clients
+response_format, logprobs, penalties, logit_bias, audio, web search, echo,
+best_of, suffix) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
 expect. `reject` is how a check here words its own 400; wrong types fail
 pydantic's validation (the app answers both in OpenAI's error shape).
 """
@@ -153,6 +153,9 @@ class ChatRequest(Sampling):
     function_call: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without functions')
     logprobs: bool | None = Field(None, description="only false is supported")
     top_logprobs: int | None = Field(None, description="only 0 is supported")
+    modalities: list[str] | None = Field(None, description='only ["text"] is supported')
+    audio: dict[str, Any] | None = Field(None, description="not supported")
+    web_search_options: dict[str, Any] | None = Field(None, description="not supported")
 
     @model_validator(mode="after")
     def _chat_honourable(self) -> ChatRequest:
@@ -166,6 +169,10 @@ class ChatRequest(Sampling):
                 _unsupported(name, "the server does not call tools yet")
         if self.logprobs or self.top_logprobs:
             _unsupported("logprobs" if self.logprobs else "top_logprobs", "log probabilities are not returned yet")
+        if self.modalities and set(self.modalities) != {"text"} or self.audio is not None:
+            _unsupported("modalities" if self.modalities else "audio", "the server answers in text only")
+        if self.web_search_options is not None:
+            _unsupported("web_search_options", "the server does not search the web")
         return self
 
 
