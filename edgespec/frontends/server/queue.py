@@ -139,7 +139,7 @@ class Metrics:
                 [("", self.decode_s)],
             ),
             ("acceptance_rate", "gauge", "accepted / drafted since start", [("", acceptance)]),
-            ("current_k", "gauge", "draft length used by the last step", [("", self.last_k)]),
+            ("current_k", "gauge", "K the controller chose for the last step", [("", self.last_k)]),
             (
                 "seconds_per_token",
                 "gauge",
