@@ -41,5 +41,11 @@ def test_the_readme_table_shows_the_defaults() -> None:
         "n_ctx": str(defaults.N_CTX),
         "largest fixed K": str(defaults.K_LIMIT),
         "adaptive K range": f"0..{defaults.K_MAX}",
+        "max_tokens cap": str(defaults.MAX_TOKENS_CAP),
+        "server header timeout s": str(defaults.HEADER_TIMEOUT_S),
+        "server body timeout s": str(defaults.BODY_TIMEOUT_S),
+        "server keep alive s": str(defaults.KEEP_ALIVE_S),
+        "server connections": str(defaults.MAX_CONNECTIONS),
+        "prompt characters per context token": str(defaults.PROMPT_CHARS_PER_TOKEN),
     }
     assert {k: table.get(k) for k in want} == want

@@ -42,7 +42,8 @@ class SlowModel(FakeModel):
 
 
 class RecordingEngine(Engine):
-    """Notes each generation's prompt and start time, in the order the server starts them."""
+    """Notes each generation's prompt (the server passes token ids) and start time, in the order
+    the server starts them."""
 
     def __init__(self, *args: object, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
@@ -278,7 +279,7 @@ def test_eight_clients_are_served_in_arrival_order_and_a_ninth_gets_503() -> Non
         engine.target.gate.set()
         for t in threads:
             t.join(30)
-    assert [p for p, _ in engine.started] == prompts
+    assert [p for p, _ in engine.started] == [engine.tokenize(p) for p in prompts]  # tokenized beforehand
     assert answers == {i: reference(prompts[i], max_tokens=12) for i in range(8)}
 
 
@@ -323,7 +324,7 @@ def test_a_client_that_leaves_while_queued_is_skipped() -> None:
         engine.target.gate.set()
         first.join(10)
         wait_for(lambda: not queue.running and queue.waiting == 0)
-    assert [p for p, _ in engine.started] == ["t5"]
+    assert [p for p, _ in engine.started] == [engine.tokenize("t5", raw=True)]
 
 
 # -- security ------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ reused) and `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...);
 a stream carries them in its last chunk.
 
 This module is the thin adapter: request fields -> `Engine.stream` options,
-events -> OpenAI JSON. Turn-taking and disconnects live in server_queue.py;
-Host/key/body checks and the error shape in server_http.py. Requests carry
+events -> OpenAI JSON. Turn-taking and disconnects live in queue.py;
+Host/key/body checks, crashes and the error shape in guard.py. Requests carry
 data only: no file paths, no templates, no model switching (`model` is
 accepted and ignored; responses name the loaded pair).
 """
@@ -32,20 +32,10 @@ from starlette.exceptions import HTTPException
 
 from edgespec import ContextFullError, EdgespecError, Engine, StreamEvent, defaults
 
+from .fields import ChatRequest, CompletionRequest, Sampling, explain, message_text
 from .guard import Guard, allowed_host_names, check_bind, error_body
 from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
-from .schema import (
-    COMPLETION_RESPONSES,
-    ERRORS,
-    ChatFormat,
-    ChatRequest,
-    CompletionRequest,
-    Format,
-    Sampling,
-    TextFormat,
-    message_text,
-    sse_data,
-)
+from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
 
 log = logging.getLogger("edgespec.server")
 
@@ -69,13 +59,18 @@ def create_app(
     max_queue: int = defaults.QUEUE,
     defaults: dict[str, Any] | None = None,
     allowed_hosts: tuple[str, ...] = (),
+    body_timeout_s: float = defaults.BODY_TIMEOUT_S,
+    max_tokens_cap: int = defaults.MAX_TOKENS_CAP,
 ) -> FastAPI:
     """The ASGI app. `defaults`: sampling options for fields a request leaves out
-    (as `options.sampling_options` returns them). `port` is informational."""
+    (as `options.sampling_options` returns them). `max_tokens_cap`: the most tokens one
+    request may generate, whatever it asks or the default says. `port` is informational."""
     check_bind(host, api_key)
     if max_queue < 0:
         raise EdgespecError(f"the queue bound must be >= 0 (got {max_queue})")
     options = {**DEFAULTS, **(defaults or {})}
+    if max_tokens_cap < 1:
+        raise EdgespecError(f"--max-tokens-cap must be >= 1 (got {max_tokens_cap})")
     metrics = Metrics()
     queue = GenerationQueue(engine, max_queue, metrics)
 
@@ -93,7 +88,8 @@ def create_app(
         description=f"OpenAI-compatible endpoint over {engine.name} (port {port})",
     )
     app.state.queue = queue
-    app.add_middleware(Guard, hosts=allowed_host_names(host, allowed_hosts), api_key=api_key, metrics=metrics)
+    hosts = allowed_host_names(host, allowed_hosts)
+    app.add_middleware(Guard, hosts=hosts, api_key=api_key, metrics=metrics, body_timeout_s=body_timeout_s)
     if cors_origin:  # outermost, so that preflights and error replies carry the CORS headers
         app.add_middleware(
             CORSMiddleware,
@@ -103,16 +99,26 @@ def create_app(
         )
     _add_error_handlers(app)
 
+    card = {"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}
+
     @app.get("/health", responses=ERRORS)
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/v1/models", responses=ERRORS)
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}],
-        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}", responses=ERRORS)
+    async def model(model_id: str) -> Any:
+        if model_id != engine.name:
+            message = f"the model '{model_id}' is not served here; this server serves '{engine.name}'"
+            body = error_body(404, message, param="model", code="model_not_found")
+            return JSONResponse(body, status_code=404)
+        return card
+
+    for path, endpoint in (("/health", health), ("/v1/models", models), ("/v1/models/{model_id:path}", model)):
+        app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)  # uvicorn sends no body
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
     async def prometheus() -> str:
@@ -120,8 +126,12 @@ def create_app(
 
     @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
-        messages = [{"role": m.role, "content": message_text(m.content)} for m in body.messages]
-        limit = body.max_completion_tokens or body.max_tokens
+        # "developer" is OpenAI's newer name for "system", which chat templates know
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": message_text(m.content)}
+            for m in body.messages
+        ]
+        limit = min(body.max_completion_tokens or body.max_tokens or options["max_tokens"], max_tokens_cap)
         return await _complete(queue, request, body, ChatFormat(engine.name), messages, limit, options)
 
     @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
@@ -129,22 +139,51 @@ def create_app(
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]  # a batch of one
-        return await _complete(queue, request, body, TextFormat(engine.name), prompt, body.max_tokens, options)
+        limit = min(body.max_tokens or options["max_tokens"], max_tokens_cap)
+        return await _complete(queue, request, body, TextFormat(engine.name), prompt, limit, options)
 
     return app
 
 
-def _engine_options(body: Sampling, max_tokens: int | None, defaults: dict[str, Any], n_ctx: int) -> dict:
-    opts = dict(defaults)
+def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, Any], n_ctx: int) -> dict:
+    opts = dict(options)
     for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop"):
         value = getattr(body, name)
         if value is not None:
             opts[name] = value
     # past what the context holds, the engine stops at its end with finish_reason "length"
     opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
-    if opts["seed"] is not None:
-        opts["seed"] %= 2**64  # any JSON integer is a valid seed
+    if opts["seed"] == -1:
+        opts["seed"] = None  # llama.cpp's "random"
+    elif opts["seed"] is not None:
+        opts["seed"] %= 2**63  # any other JSON integer names one fixed random stream
     return opts
+
+
+def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
+    """Refuse text that cannot fit before paying for tokenizing it (tokens rarely span
+    more than a few characters; special-token text is slow to tokenize)."""
+    if isinstance(prompt, str):
+        chars = len(prompt)
+    else:
+        chars = sum(len(m["content"]) for m in prompt if isinstance(m, dict))
+    limit = n_ctx * defaults.PROMPT_CHARS_PER_TOKEN
+    if chars > limit:
+        raise ContextFullError(
+            f"the prompt is {chars} characters but the context holds {n_ctx} tokens, so prompts "
+            f"are limited to {limit} characters; shorten it or start a new conversation"
+        )
+
+
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool) -> list[int]:
+    """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
+    tokens = engine.tokenize(prompt, raw=raw)
+    if len(tokens) >= engine.n_ctx:
+        raise ContextFullError(
+            f"the prompt is {len(tokens)} tokens but the context holds {engine.n_ctx}; "
+            "shorten it or start a new conversation"
+        )
+    return tokens
 
 
 async def _complete(
@@ -154,12 +193,15 @@ async def _complete(
     fmt: Format,
     prompt: Any,
     max_tokens: int | None,
-    defaults: dict[str, Any],
+    options: dict[str, Any],
 ) -> Response:
     engine = queue.engine
-    opts = _engine_options(body, max_tokens, defaults, engine.n_ctx)
+    opts = _engine_options(body, max_tokens, options, engine.n_ctx)
     raw = isinstance(fmt, TextFormat)
-    job = await queue.start(request.receive, lambda: engine.stream(prompt, raw=raw, **opts))
+    queue.check_room()  # a 503 costs no tokenizing
+    _check_prompt_size(prompt, engine.n_ctx)
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw))
+    job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
     except BaseException:
@@ -223,11 +265,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(status, message, **kw), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        where = f" (at {'.'.join(loc)})" if loc else ""
-        return error(400, f"{first.get('msg', 'invalid request')}{where}", param=loc[0] if loc else None)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = explain(exc.errors(), exc.body, request.headers.get("content-type"))
+        return error(400, message, param=param)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -246,24 +286,24 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def gone(_: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nobody reads it; the nginx convention for the log
 
-    @app.exception_handler(Exception)
-    async def crash(_: Request, exc: Exception) -> JSONResponse:
-        log.error("request failed", exc_info=exc)
-        return error(500, "internal server error; see the server log")
-
 
 # -- running it ----------------------------------------------------------------------
 @contextlib.contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, header_timeout_s: float = defaults.HEADER_TIMEOUT_S
+) -> Iterator[str]:
     """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL."""
     import uvicorn
+
+    from .limits import uvicorn_config
 
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets; without it every
     # response waits ~40 ms for a delayed ACK
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    config = uvicorn_config(app, header_timeout_s=header_timeout_s, log_level="warning", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

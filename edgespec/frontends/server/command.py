@@ -7,6 +7,7 @@ FastAPI) is imported only when the command runs, so other commands start fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -49,6 +50,14 @@ def add_parser(sub: Any) -> None:
         help="also accept this Host header (the name remote clients use; repeatable)",
     )
     g.add_argument(
+        "--max-tokens-cap",
+        type=int,
+        default=defaults.MAX_TOKENS_CAP,
+        metavar="N",
+        help="the most tokens one request may generate, whatever it asks: no request holds the engine "
+        f"for the whole context (default {defaults.MAX_TOKENS_CAP})",
+    )
+    g.add_argument(
         "--queue",
         type=int,
         default=defaults.QUEUE,
@@ -62,6 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .guard import check_bind
+    from .limits import uvicorn_config
 
     api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
     check_bind(args.host, api_key)  # before minutes of model loading
@@ -79,6 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.queue,
         defaults=shared.sampling_options(args),
         allowed_hosts=tuple(args.allow_host),
+        max_tokens_cap=args.max_tokens_cap,
     )
     bound = f"[{args.host}]" if ":" in args.host else args.host
     print(
@@ -86,12 +97,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
         file=sys.stderr,
     )
-    uvicorn.run(
+    config = uvicorn_config(
         app,
         host=args.host,
         port=args.port,
         log_level="info" if args.verbose else "warning",
-        server_header=False,
         timeout_graceful_shutdown=3,
     )
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        raise EdgespecError(f"could not serve at {bound}:{args.port} (is the port in use? see the line above)")
     return 0

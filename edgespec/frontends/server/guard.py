@@ -7,24 +7,30 @@ a Host header that is not the bound host, localhost, 127.0.0.1 or [::1]
 loopback server; a missing or wrong API key gets 401 (compared with
 hmac.compare_digest; /health is exempt); a body over the limit gets 413,
 judged by Content-Length and by the bytes actually received (a chunked body
-is read up to the limit, never past it). The checked body is then replayed to
+is read up to the limit, never past it); a body that takes longer than
+`body_timeout_s` to arrive gets 408. The checked body is then replayed to
 the app, and later `receive()` calls pass through, so the app still sees the
-client's disconnect.
+client's disconnect. An exception that escapes the app is logged once and
+answered here with a 500 in OpenAI's shape, so /metrics counts it too (past
+this point Starlette would log it a second time and answer unseen).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgespec import EdgespecError
+from edgespec import EdgespecError, defaults
 
+log = logging.getLogger("edgespec.server")
 MAX_BODY = 1024 * 1024
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _TYPES = {
@@ -33,6 +39,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     503: "server_error",
 }
@@ -90,8 +97,10 @@ class Guard:
         api_key: str | None,
         metrics: Any,
         max_body: int = MAX_BODY,
+        body_timeout_s: float = defaults.BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.hosts = hosts
         self.key = api_key.encode() if api_key else None
         self.metrics = metrics
@@ -135,7 +144,16 @@ class Guard:
                     code="request_too_large",
                 )
                 return
-            body = await self._read_body(receive)
+            try:
+                body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            except asyncio.TimeoutError:
+                await reply(
+                    send,
+                    408,
+                    f"the request body did not arrive within {self.body_timeout_s:g} s; send it at once",
+                    code="request_timeout",
+                )
+                return
             if body is None:
                 await reply(
                     send,
@@ -145,7 +163,23 @@ class Guard:
                 )
                 return
             receive = _replay(body, receive)
-        await self.app(scope, receive, send)
+        await self._run_app(scope, receive, send)
+
+    async def _run_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watching_send)
+        except Exception:
+            if started:  # too late for a status: the server closes the connection and logs it
+                raise
+            log.exception("request failed: %s %s", scope["method"], scope["path"])
+            await reply(send, 500, "internal server error; see the server log")
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         parts: list[bytes] = []

@@ -6,7 +6,10 @@ raises `QueueFull` (the app answers 503). Every call into the engine runs on
 one worker thread, in submission order, so a finished or abandoned
 generation's cleanup (closing its stream, which rewinds the caches and
 releases the engine's lock) always runs before the next request's first step,
-without the event loop ever waiting for it.
+without the event loop ever waiting for it. Work that needs no turn
+(tokenizing a prompt, rendering its chat template) runs on other threads
+before the request queues (`prepare`), so a long prompt never stalls the
+generation in progress.
 
 A client that goes away is noticed by a task that waits for the ASGI
 `http.disconnect` message: it sets `engine.cancel()`, which ends the
@@ -20,13 +23,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
-from edgespec import Engine, Generation, Stats, StreamEvent
+from edgespec import Engine, Generation, Stats, StreamEvent, defaults
 
 log = logging.getLogger("edgespec.server")
+T = TypeVar("T")
+PREPARE_THREADS = 2  # prompts tokenized at once, beside the generation in progress
 
 
 class QueueFull(Exception):
@@ -52,7 +59,7 @@ class Metrics:
         self.accepted = 0
         self.steps = 0
         self.decode_s = 0.0
-        self.busy_s = 0.0
+        self.recent_s: deque[float] = deque(maxlen=defaults.RETRY_AFTER_WINDOW)  # the last requests' times
         self.last_k = 0
         self.last_s_per_token = 0.0
 
@@ -68,13 +75,16 @@ class Metrics:
         self.accepted += s.n_accepted
         self.steps += s.steps
         self.decode_s += s.decode_s
-        self.busy_s += s.elapsed_s
+        self.recent_s.append(s.elapsed_s)
         self.last_k = s.k
         if s.n_generated:
             self.last_s_per_token = s.decode_s / s.n_generated
 
-    def mean_request_s(self) -> float:
-        return self.busy_s / self.generations if self.generations else 1.0
+    def retry_after(self, ahead: int) -> int:
+        """Seconds until a request that `ahead` requests precede may get its turn: the queue as
+        it is now (recent requests' times), not the history (slow requests long gone)."""
+        mean = sum(self.recent_s) / len(self.recent_s) if self.recent_s else 1.0
+        return max(1, min(60, math.ceil(mean * ahead)))
 
     def render(self, waiting: int, busy: bool) -> str:
         acceptance = self.accepted / self.drafted if self.drafted else 0.0
@@ -129,7 +139,7 @@ class Metrics:
                 [("", self.decode_s)],
             ),
             ("acceptance_rate", "gauge", "accepted / drafted since start", [("", acceptance)]),
-            ("current_k", "gauge", "draft length used by the last step", [("", self.last_k)]),
+            ("current_k", "gauge", "K the controller chose for the last step", [("", self.last_k)]),
             (
                 "seconds_per_token",
                 "gauge",
@@ -157,6 +167,16 @@ class GenerationQueue:
         self.running = False
         self._turn = asyncio.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
+        self._preparer = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgespec-tokenize")
+
+    def check_room(self) -> None:
+        """Raise QueueFull when no more requests may wait."""
+        if (self.running or self.waiting) and self.waiting >= self.max_waiting:
+            raise QueueFull(self.metrics.retry_after(self.waiting + 1))  # those waiting and the one running
+
+    async def prepare(self, fn: Callable[[], T]) -> T:
+        """Run `fn` (tokenizing) off the engine's thread, without taking a turn."""
+        return await asyncio.get_running_loop().run_in_executor(self._preparer, fn)
 
     async def start(self, receive: Callable[[], Any], make_stream: Callable[[], Generation]) -> Job:
         """Wait for this request's turn and open its stream (on the worker thread).
@@ -164,9 +184,7 @@ class GenerationQueue:
         Raises QueueFull when too many wait, ClientGone when the client left while
         waiting, and whatever `make_stream` raises (EdgespecError for a bad prompt).
         """
-        if (self.running or self.waiting) and self.waiting >= self.max_waiting:
-            waits = self.waiting + 1
-            raise QueueFull(max(1, min(60, round(waits * self.metrics.mean_request_s()))))
+        self.check_room()
         job = Job(self, receive)
         self.waiting += 1
         try:
@@ -199,6 +217,7 @@ class GenerationQueue:
     def shutdown(self) -> None:
         self.engine.cancel()
         self._worker.shutdown(wait=False, cancel_futures=True)
+        self._preparer.shutdown(wait=False, cancel_futures=True)
 
 
 class Job:

@@ -1,10 +1,9 @@
-"""OpenAI's wire format for edgespec's server: request models and response JSON.
+"""OpenAI's wire format for edgespec's server: the error shape and the response JSON.
 
-Request models accept what OpenAI's clients send and ignore unknown fields;
-wrong types fail validation (the app answers 400 in OpenAI's error shape).
 Responses and stream chunks follow OpenAI's chat.completion / text_completion
 objects, plus `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...)
-next to `usage`; a stream carries both in its last chunk.
+next to `usage`; a stream carries both in its last chunk. The request models
+are in fields.py.
 """
 
 from __future__ import annotations
@@ -12,57 +11,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from edgespec import StreamEvent, defaults
-
-Stop = Annotated[str, Field(max_length=256)]
+from edgespec import StreamEvent
 
 
-# -- requests -----------------------------------------------------------------------
-class Sampling(BaseModel):
-    """Fields both endpoints share. Unknown fields are ignored, as OpenAI's clients expect."""
-
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
-    model: str | None = None
-    max_tokens: int | None = Field(
-        None, ge=1, description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); clamped to the context"
-    )
-    temperature: float | None = Field(None, ge=0, description=f"default {defaults.TEMPERATURE}")
-    top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
-    top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
-    min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
-    seed: int | None = None
-    stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None
-    stream: bool | None = False
-    n: int | None = Field(None, ge=1, le=1, description="only 1 is supported")
-    speculative: bool | None = Field(None, description="extension; false: plain decoding")
-    k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text"]
-    text: str = ""
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: str
-    content: str | list[TextPart] | None = None
-
-
-class ChatRequest(Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-
-
-class CompletionRequest(Sampling):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | list[int]
-
-
+# -- errors -------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     message: str
     type: str
@@ -85,12 +41,6 @@ COMPLETION_RESPONSES = {
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
 }
-
-
-def message_text(content: str | list[TextPart] | None) -> str:
-    if isinstance(content, list):
-        return "".join(p.text for p in content)
-    return content or ""
 
 
 def sse_data(obj: dict) -> str:

@@ -1,0 +1,234 @@
+"""The request models: every OpenAI field the server reads, honours or refuses.
+
+A field is either honoured, an extension (top_k, min_p, speculative, k),
+accepted with no effect (model, user, metadata: they change nothing about the
+answer), or refused with a 400 that says why: a field whose value would
+change the answer in a way the server cannot (images, n > 1, tools,
+response_format, logprobs, penalties, logit_bias, audio, web search, echo,
+best_of, suffix) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
+expect. `reject` is how a check here words its own 400; wrong types fail
+pydantic's validation (the app answers both in OpenAI's error shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from edgespec import defaults
+
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+ROLES = ("system", "user", "assistant", "tool", "developer")
+Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+
+
+def reject(message: str, param: str | None = None) -> NoReturn:
+    """Fail validation with `message` as the whole 400 message (the app reads it from ctx)."""
+    raise PydanticCustomError("invalid_request", "{message}", {"message": message, "param": param})
+
+
+def _lone_surrogate(value: Any, path: str) -> str | None:
+    """The path of the first string (key or value) that UTF-8 cannot encode, or None.
+    JSON's \\ud800 escapes let lone surrogates in (Python's json even decodes them from raw bytes)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}" if path else str(key)
+        found = _lone_surrogate(key, f"a key in {path or 'the body'}") or _lone_surrogate(item, where)
+        if found:
+            return found
+    return None
+
+
+def _unsupported(field: str, why: str) -> NoReturn:
+    reject(f"'{field}' is not supported: {why}", field)
+
+
+class Sampling(BaseModel):
+    """Fields both endpoints share."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data: Any) -> Any:
+        where = _lone_surrogate(data, "")
+        if where is not None:
+            reject(
+                f"{where} is not valid Unicode: it holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape "
+                "without its pair); send text as UTF-8 or as complete surrogate pairs",
+                where.split(".")[0] if not where.startswith(("a key", "the body")) else None,
+            )
+        if isinstance(data, dict):
+            stop = data.get("stop")
+            if isinstance(stop, list) and len(stop) > MAX_STOPS:
+                reject(f"at most {MAX_STOPS} stop strings are allowed (got {len(stop)})", "stop")
+            for s in stop if isinstance(stop, list) else [stop]:
+                if isinstance(s, str) and len(s) > MAX_STOP_CHARS:
+                    reject(f"a stop string may be at most {MAX_STOP_CHARS} characters (got {len(s)})", "stop")
+        return data
+
+    @model_validator(mode="after")
+    def _honourable(self) -> Sampling:
+        if self.n is not None and self.n > 1:
+            _unsupported("n", "one choice per request here; send n requests (with different seeds) instead")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                _unsupported(name, "repetition penalties are not implemented; leave it at 0")
+        if self.logit_bias:
+            _unsupported("logit_bias", "token biases are not implemented; leave it empty")
+        return self
+
+    model: str | None = Field(None, description="accepted and ignored: the server serves the pair it loaded")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); "
+        f"capped by --max-tokens-cap ({defaults.MAX_TOKENS_CAP}) and the context",
+    )
+    temperature: float | None = Field(None, ge=0, description=f"default {defaults.TEMPERATURE}")
+    top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
+    top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
+    min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
+    seed: int | None = Field(None, description="-1: random (as llama.cpp); any other integer, reduced mod 2**63")
+    stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOPS)] | None = None
+    stream: bool | None = False
+    n: int | None = Field(None, ge=1, description="only 1 is supported")
+    presence_penalty: float | None = Field(None, description="only 0 is supported")
+    frequency_penalty: float | None = Field(None, description="only 0 is supported")
+    logit_bias: dict[str, float] | None = Field(None, description="only empty is supported")
+    speculative: bool | None = Field(None, description="extension; false: plain decoding")
+    k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str = ""
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        role = data.get("role")
+        if isinstance(role, str) and role not in ROLES:
+            reject(f"unknown role '{role}': use {', '.join(ROLES[:-1])} or {ROLES[-1]}", "messages")
+        content = data.get("content")
+        for part in content if isinstance(content, list) else []:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in ("image_url", "input_image", "image"):
+                reject("images are not supported: the server runs a text-only model; send text parts", "messages")
+            if isinstance(kind, str) and kind != "text":
+                reject(f"content parts of type '{kind}' are not supported; send text parts", "messages")
+        for name in ("tool_calls", "function_call"):
+            if data.get(name):
+                reject(f"'{name}' in a message is not supported: the server does not call tools", "messages")
+        return data
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[TextPart] | None = None
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="as max_tokens (and first, when both are set)")
+    response_format: dict[str, Any] | None = Field(None, description='only {"type": "text"} is supported')
+    tools: list[Any] | None = Field(None, description="not supported (only empty)")
+    tool_choice: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without tools')
+    functions: list[Any] | None = Field(None, description="not supported (only empty)")
+    function_call: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without functions')
+    logprobs: bool | None = Field(None, description="only false is supported")
+    top_logprobs: int | None = Field(None, description="only 0 is supported")
+    modalities: list[str] | None = Field(None, description='only ["text"] is supported')
+    audio: dict[str, Any] | None = Field(None, description="not supported")
+    web_search_options: dict[str, Any] | None = Field(None, description="not supported")
+
+    @model_validator(mode="after")
+    def _chat_honourable(self) -> ChatRequest:
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            _unsupported("response_format", "no constrained decoding (JSON mode, schemas) yet; ask in the prompt")
+        for name in ("tools", "functions"):
+            if getattr(self, name):
+                _unsupported(name, "the server does not call tools yet")
+        for name in ("tool_choice", "function_call"):
+            if getattr(self, name) not in (None, "none", "auto"):
+                _unsupported(name, "the server does not call tools yet")
+        if self.logprobs or self.top_logprobs:
+            _unsupported("logprobs" if self.logprobs else "top_logprobs", "log probabilities are not returned yet")
+        if self.modalities and set(self.modalities) != {"text"} or self.audio is not None:
+            _unsupported("modalities" if self.modalities else "audio", "the server answers in text only")
+        if self.web_search_options is not None:
+            _unsupported("web_search_options", "the server does not search the web")
+        return self
+
+
+class CompletionRequest(Sampling):
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | list[int]
+    echo: bool | None = Field(None, description="only false is supported")
+    best_of: int | None = Field(None, ge=1, description="only 1 is supported")
+    suffix: str | None = Field(None, description="only empty is supported")
+    logprobs: int | None = Field(None, ge=0, description="only 0 is supported")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_prompt(cls, data: Any) -> Any:
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if (
+            isinstance(prompt, list)
+            and prompt
+            and (isinstance(prompt[0], list) or len(prompt) > 1 and isinstance(prompt[0], str))
+        ):
+            reject("a batch of prompts is not supported: send one prompt (a string or token ids) per request", "prompt")
+        return data
+
+    @model_validator(mode="after")
+    def _completion_honourable(self) -> CompletionRequest:
+        if self.echo:
+            _unsupported("echo", "the prompt is not echoed back")
+        if self.best_of is not None and self.best_of > 1:
+            _unsupported("best_of", "one candidate per request here")
+        if self.suffix:
+            _unsupported("suffix", "no fill-in-the-middle")
+        if self.logprobs:
+            _unsupported("logprobs", "log probabilities are not returned yet")
+        return self
+
+
+def message_text(content: str | list[TextPart] | None) -> str:
+    if isinstance(content, list):
+        return "".join(p.text for p in content)
+    return content or ""
+
+
+def explain(errors: Sequence[Any], body: Any, content_type: str | None) -> tuple[str, str | None]:
+    """The 400 message and `param` for a request body that failed validation."""
+    first = errors[0] if errors else {}
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    if first.get("type") == "json_invalid" and isinstance(body, str) and loc and loc[0].isdigit():
+        pos = int(loc[0])
+        line, column = body.count("\n", 0, pos) + 1, pos - body.rfind("\n", 0, pos)
+        why = str(first.get("ctx", {}).get("error", "not JSON"))
+        return f"the body is not valid JSON: {why[:1].lower()}{why[1:]} at line {line}, column {column}", None
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        return "send the body as JSON, with the header 'Content-Type: application/json'", None
+    if first.get("type") == "invalid_request":  # reject(): the message says it all
+        where = f" (at {'.'.join(loc)})" if len(loc) > 1 else ""
+        return first["ctx"]["message"] + where, first["ctx"]["param"] or (loc[0] if loc else None)
+    if not loc:
+        return "the body must be a JSON object of the request's fields", None
+    return f"{first.get('msg', 'invalid request')} (at {'.'.join(loc)})", loc[0]
