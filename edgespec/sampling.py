@@ -143,13 +143,15 @@ def _top_k_head(logits: np.ndarray, k: int, params: SamplingParams) -> tuple[np.
     bar = np.partition(col_max, cols - k)[cols - k]  # k distinct column maxima reach it
     hot = np.flatnonzero(col_max >= bar)  # only these columns hold logits >= bar: search just them
     at, col = np.nonzero(body[:, hot] >= bar)
-    ids = np.concatenate((at * cols + hot[col], group * cols + np.flatnonzero(rest >= bar)))
+    ids = at * cols + hot[col]
+    if rest.size:
+        ids = np.concatenate((ids, group * cols + np.flatnonzero(rest >= bar)))
     vals = logits[ids].astype(np.float64)
     order = np.argsort(-vals, kind="stable")
     ids, vals = ids[order], vals[order]
     keep = _keep(vals[:k], params)
     edge = vals[: keep + 1]
-    if np.any(edge[1:] == edge[:-1]):
+    if (edge[1:] == edge[:-1]).any():
         return None
     return ids[:keep], vals[:keep]
 
