@@ -141,14 +141,21 @@ def _top_k_head(logits: np.ndarray, k: int, params: SamplingParams) -> tuple[np.
     if not np.isfinite(top):  # NaN or +inf: leave the result to the definition
         return None
     bar = np.partition(col_max, cols - k)[cols - k]  # k distinct column maxima reach it
-    hot = np.flatnonzero(col_max >= bar)  # only these columns hold logits >= bar: search just them
-    at, col = np.nonzero(body[:, hot] >= bar)
-    ids = at * cols + hot[col]
-    if rest.size:
-        ids = np.concatenate((ids, group * cols + np.flatnonzero(rest >= bar)))
+    if bar > -np.inf:
+        hot = np.flatnonzero(col_max >= bar)  # only these columns hold logits >= bar: search just them
+        at, col = np.nonzero(body[:, hot] >= bar)
+        ids = at * cols + hot[col]
+        if rest.size:
+            ids = np.concatenate((ids, group * cols + np.flatnonzero(rest >= bar)))
+    else:  # under k columns hold a finite logit (a grammar or a logit bias masked the rest)
+        ids = np.flatnonzero(logits > bar)
+    if ids.size > 4 * k + 1024:
+        return None  # many logits tie at the bar: their order is np.argpartition's
     vals = logits[ids].astype(np.float64)
     order = np.argsort(-vals, kind="stable")
     ids, vals = ids[order], vals[order]
+    if vals.size <= k:  # the row's next values are below the bar, or -inf like it
+        vals = np.concatenate((vals, np.full(k + 1 - vals.size, -np.inf)))
     keep = _keep(vals[:k], params)
     edge = vals[: keep + 1]
     if (edge[1:] == edge[:-1]).any():
