@@ -4,17 +4,28 @@ Target rows (p) and draft rows (q) go through the *same* function with the
 *same* parameters; that is what makes speculative decoding lossless.
 Distributions are sparse (`Dist`: token ids and their probabilities), because
 after top-k / top-p / min-p only a few dozen tokens keep any mass, and copying
-or normalising a whole 50k-entry row per token is the per-step cost we avoid.
+or normalising a whole 150k-entry row per token is the per-step cost we avoid.
 Temperature 0 is greedy: a one-hot distribution on the argmax, so greedy and
 sampled decoding share one code path.
 
 Order follows llama.cpp's default chain: top-k, top-p, min-p on the
 untempered logits, then temperature, then softmax over the survivors.
 Pure numpy; the RNG is always injected.
+
+The definition sorts the k largest logits (the whole row when top-k is off)
+and cuts; at 150k-260k vocabularies that sort is most of a row's cost. So
+to_dist first tries paths that sort only a head of the row (found from column
+maxima for top-k, from the row's total weight for top-p / min-p) and return
+exactly the definition's Dist: the same ids in the same order, the same
+probabilities. Where they cannot show that (ties whose order only the full
+partition decides, a cut within rounding of top_p or min_p, NaN or inf), the
+definition runs. tests/test_sampling_exact.py holds the definition's original
+code and compares the two.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,26 +88,196 @@ def to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
         return Dist.one_hot(int(np.argmax(logits)))
     n = logits.shape[0]
     k = params.top_k if 0 < params.top_k < n else n
-    if k < n:
-        ids = np.argpartition(logits, n - k)[n - k :]
-    else:
-        ids = np.arange(n)
+    kept = _top_k_head(logits, k, params) if k < n else _untruncated_head(logits, params)
+    if kept is None:
+        ids, vals = _sorted_top(logits, k)
+        keep = _keep(vals, params)
+        kept = ids[:keep], vals[:keep]
+    ids, vals = kept
+    scaled = np.exp((vals - vals[0]) / params.temperature)
+    return Dist(ids.astype(np.int64), scaled / scaled.sum())
+
+
+# The definition: sort the k largest logits, cut. The fast paths below return exactly
+# what this returns, or None when they cannot show that they would.
+
+
+def _sorted_top(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest logits (all when k == n), descending, ties in np.argpartition's then stable order."""
+    n = logits.shape[0]
+    ids = np.argpartition(logits, n - k)[n - k :] if k < n else np.arange(n)
     vals = logits[ids].astype(np.float64)
     order = np.argsort(-vals, kind="stable")
-    ids, vals = ids[order], vals[order]
+    return ids[order], vals[order]
+
+
+def _keep(vals: np.ndarray, params: SamplingParams) -> int:
+    """How many of the sorted top-k `vals` survive top-p and min-p."""
     # top-p and min-p look at the untempered distribution, as llama.cpp does.
     probs = np.exp(vals - vals[0])
     probs /= probs.sum()
-    keep = ids.size
+    keep = vals.size
     if params.top_p < 1.0:
         # smallest prefix whose mass reaches top_p (at least one token)
         keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1)
     if params.min_p > 0.0:
         keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
-    keep = max(keep, 1)
-    ids, vals = ids[:keep], vals[:keep]
-    scaled = np.exp((vals - vals[0]) / params.temperature)
-    return Dist(ids.astype(np.int64), scaled / scaled.sum())
+    return max(keep, 1)
+
+
+def _top_k_head(logits: np.ndarray, k: int, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top-k without partitioning the whole row: a threshold that at least k logits reach
+    comes from the maxima of a few thousand strided columns, so only the tokens above it
+    (k and a few more) are sorted. The sorted values, and so the cut, are the definition's
+    to the bit; only the ids of tied values depend on np.argpartition's internals, so a
+    tie among the kept tokens (or with the next one) goes the definition's way."""
+    n = logits.shape[0]
+    group = max(1, min(64, n // (4 * k)))  # n // group >= 4k columns: the k-th largest maximum is a good bar
+    cols = n // group
+    body, rest = logits[: group * cols].reshape(group, cols), logits[group * cols :]
+    col_max = body.max(axis=0)
+    top = max(col_max.max(), rest.max()) if rest.size else col_max.max()
+    if not np.isfinite(top):  # NaN or +inf: leave the result to the definition
+        return None
+    bar = np.partition(col_max, cols - k)[cols - k]  # k distinct column maxima reach it
+    if bar > -np.inf:
+        hot = np.flatnonzero(col_max >= bar)  # only these columns hold logits >= bar: search just them
+        at, col = np.nonzero(body[:, hot] >= bar)
+        ids = at * cols + hot[col]
+        if rest.size:
+            ids = np.concatenate((ids, group * cols + np.flatnonzero(rest >= bar)))
+    else:  # under k columns hold a finite logit (a grammar or a logit bias masked the rest)
+        ids = np.flatnonzero(logits > bar)
+    if ids.size > 4 * k + 1024:
+        return None  # many logits tie at the bar: their order is np.argpartition's
+    vals = logits[ids].astype(np.float64)
+    order = np.argsort(-vals, kind="stable")
+    ids, vals = ids[order], vals[order]
+    if vals.size <= k:  # the row's next values are below the bar, or -inf like it
+        vals = np.concatenate((vals, np.full(k + 1 - vals.size, -np.inf)))
+    keep = _keep(vals[:k], params)
+    edge = vals[: keep + 1]
+    if (edge[1:] == edge[:-1]).any():
+        return None
+    return ids[:keep], vals[:keep]
+
+
+# How close a running mass may come to top_p (or a token's weight to min_p) before sums over
+# the head alone could round to the other side of the full sort's: far above the rounding of
+# either (a float64 sum of n terms of at most 1 is off by under n * 1.2e-16).
+_SLACK = 1e-9
+# A head this short is sorted as it is: narrowing it further costs more than the sort saves.
+_SHORT_HEAD = 2048
+# Without min-p, the first head tried: in a confident row these few nats hold the top-p mass.
+_GUESS_DEPTH = 8.0
+
+
+def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top-p / min-p over the whole row without sorting it: one pass gives every token's weight
+    and their sum (the definition's normaliser), a few more find a depth below the top that
+    holds every token the cuts may keep; only those are sorted."""
+    if params.top_p >= 1.0 and params.min_p <= 0.0:
+        return None  # every token is kept, and listing them in order is the full sort
+    top = logits.max()
+    if not np.isfinite(top) or not (params.min_p <= 0.0 or 1e-200 <= params.min_p <= 1.0):
+        return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
+    # one float64 array for the whole row: a second one costs more in page faults than the exp
+    weights = logits.astype(np.float64)
+    weights -= float(top)  # as the definition's vals - vals[0]
+    np.exp(weights, out=weights)
+    total = float(weights.sum())
+    ids, whole_min_p = _head_ids(logits, top, weights, total, params)
+    ids, vals = _by_logit(logits, ids)
+    keep = _certain_keep(vals, total, params, whole_min_p, logits.shape[0])
+    return None if keep is None else (ids[:keep], vals[:keep])
+
+
+def _head_ids(
+    logits: np.ndarray, top: np.generic, weights: np.ndarray, total: float, params: SamplingParams
+) -> tuple[np.ndarray, bool]:
+    """Ascending ids of the tokens down to some depth below the top (so a prefix of the sorted
+    row, ties included) that hold every token top-p and min-p keep; and whether they hold every
+    token that passes min-p."""
+    target = (params.top_p + 2 * _SLACK) * total
+    if params.min_p > 0.0:
+        # deeper tokens weigh less than min_p of the top
+        ids = np.flatnonzero(logits >= _floor(float(top) + math.log(params.min_p) - 1e-6, logits.dtype))
+        if params.top_p >= 1.0 or ids.size <= _SHORT_HEAD or weights[ids].sum() < target:
+            return ids, True  # top-p cuts inside it, or not before min-p does
+        return ids[_top_p_band(top - logits[ids], weights[ids], target)], False
+    near = logits >= _floor(float(top) - _GUESS_DEPTH, logits.dtype)
+    if np.count_nonzero(near) <= _SHORT_HEAD:
+        ids = np.flatnonzero(near)
+        if weights[ids].sum() >= target:
+            return ids, False
+    # Each token deeper than d weighs under e^-d: below the depth where n such tokens weigh less
+    # than top-p may leave out, none is kept. Cheaper to band just the tokens above it, when few.
+    spare = total - target
+    if spare > 0.0:
+        near = logits >= _floor(float(top) - max(0.0, math.log(logits.size / spare)), logits.dtype)
+        if np.count_nonzero(near) <= logits.size // 2:
+            ids = np.flatnonzero(near)
+            return ids[_top_p_band(top - logits[ids], weights[ids], target)], False
+    return _top_p_band(top - logits, weights, target), False
+
+
+def _top_p_band(depth: np.ndarray, weights: np.ndarray, target: float) -> np.ndarray:
+    """Positions of the tokens no deeper than the shallowest band of depths whose mass, with
+    every shallower band's, reaches `target` (all of them if none does): one bincount, no sort."""
+    # The bits of a non-negative float32 grow with it: the top 15 cut the depth into bands
+    # 1/64 of an octave wide. Any rounding on the way keeps the order, so a band bound is a
+    # logit bound and the head stays a prefix of the sorted row, ties included.
+    with np.errstate(over="ignore"):  # depths past float32's range become inf, still in order
+        depth = depth.astype(np.float32, copy=False) + np.float32(0.0)  # -0.0 (a -0.0 top, a 0.0 token) is 0.0
+    bands = depth.view(np.int32) >> 17
+    mass = np.cumsum(np.bincount(bands, weights=weights))
+    last = int(np.searchsorted(mass, target))
+    return np.flatnonzero(bands <= last)
+
+
+def _floor(value: float, dtype: np.dtype) -> np.ndarray:
+    """The largest `dtype` number at most `value` (0-d): `row >= it` holds for every entry >= value."""
+    near = np.asarray(max(value, float(np.finfo(dtype).min))).astype(dtype)  # (a row may be float16)
+    return np.asarray(np.nextafter(near, np.asarray(-np.inf, dtype))) if float(near) > value else near
+
+
+def _by_logit(logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ascending `ids` reordered by descending logit, ties by id (the full stable sort's order), and their logits."""
+    if logits.dtype.itemsize <= 4 and ids.size > 64 and logits.shape[0] < 2**32:
+        # one unique 64-bit key per token, logit order then id: a plain (vectorised) sort is then
+        # stable, and many times faster than a stable argsort of the values
+        bits = (logits[ids].astype(np.float32) + np.float32(0.0)).view(np.uint32)  # -0.0 ties with 0.0
+        desc = np.where(bits >> 31, bits, np.uint32(0x7FFFFFFF) - bits)  # grows as the logit falls
+        keys = np.sort((desc.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64))
+        ids = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+    else:
+        ids = ids[np.argsort(-logits[ids].astype(np.float64), kind="stable")]
+    return ids, logits[ids].astype(np.float64)
+
+
+def _certain_keep(vals: np.ndarray, total: float, params: SamplingParams, whole_min_p: bool, n: int) -> int | None:
+    """`_keep` of the full sorted row, from its sorted head `vals` and the row's weight `total`;
+    None when a cut falls within _SLACK (rounding could put it either side) or past the head."""
+    weights = np.exp(vals - vals[0])
+    beyond = vals.size + 1
+    by_p = by_min = beyond
+    if params.top_p < 1.0:
+        mass = np.cumsum(weights / total)
+        if np.any(np.abs(mass - params.top_p) <= _SLACK):
+            return None
+        by_p = int(np.count_nonzero(mass < params.top_p)) + 1
+    if params.min_p > 0.0:
+        if np.any(np.abs(weights - params.min_p) <= _SLACK * params.min_p):
+            return None
+        by_min = int(np.count_nonzero(weights >= params.min_p))
+        if by_min == vals.size and not whole_min_p:
+            by_min = beyond  # tokens past the head may pass too
+    keep = min(by_p, by_min)
+    if keep == beyond:
+        if vals.size < n:
+            return None
+        keep = n
+    return max(keep, 1)
 
 
 def confidence(logits: np.ndarray, dist: Dist, params: SamplingParams) -> float:

@@ -1,0 +1,156 @@
+"""to_dist against the definition it must reproduce exactly: the full-sort to_dist it
+replaced, kept here verbatim. Same ids in the same order, probabilities within 1e-12,
+and so the same tokens drawn with the same RNG, for every row and every setting."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgespec import sampling
+from edgespec.row_timing import ROWS, sample_row
+from edgespec.sampling import Dist, SamplingParams, to_dist
+
+
+def reference_to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
+    """edgespec's to_dist before the fast paths (it sorted the top-k, or the whole row)."""
+    if params.greedy:
+        return Dist.one_hot(int(np.argmax(logits)))
+    n = logits.shape[0]
+    k = params.top_k if 0 < params.top_k < n else n
+    if k < n:
+        ids = np.argpartition(logits, n - k)[n - k :]
+    else:
+        ids = np.arange(n)
+    vals = logits[ids].astype(np.float64)
+    order = np.argsort(-vals, kind="stable")
+    ids, vals = ids[order], vals[order]
+    # top-p and min-p look at the untempered distribution, as llama.cpp does.
+    probs = np.exp(vals - vals[0])
+    probs /= probs.sum()
+    keep = ids.size
+    if params.top_p < 1.0:
+        # smallest prefix whose mass reaches top_p (at least one token)
+        keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1)
+    if params.min_p > 0.0:
+        keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
+    keep = max(keep, 1)
+    ids, vals = ids[:keep], vals[:keep]
+    scaled = np.exp((vals - vals[0]) / params.temperature)
+    return Dist(ids.astype(np.int64), scaled / scaled.sum())
+
+
+TOP_K = (0, 1, 40, -1)  # -1: the row's length
+TOP_P = (1.0, 0.95, 0.5, 1e-9)
+MIN_P = (0.0, 0.05, 0.5)
+TEMPERATURES = (0.0, 0.3, 0.8, 1.5)
+
+
+def assert_same_for_every_setting(row: np.ndarray) -> None:
+    for top_k, top_p, min_p, temperature in itertools.product(TOP_K, TOP_P, MIN_P, TEMPERATURES):
+        params = SamplingParams(temperature, row.size if top_k < 0 else top_k, top_p, min_p)
+        with np.errstate(all="ignore"):  # rows of -inf / NaN warn in both
+            want, got = reference_to_dist(row, params), to_dist(row, params)
+        assert got.ids.tolist() == want.ids.tolist(), params
+        assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12, equal_nan=True), params
+        if np.isfinite(want.probs).all():
+            a, b = np.random.default_rng(7), np.random.default_rng(7)
+            assert [got.sample(a) for _ in range(4)] == [want.sample(b) for _ in range(4)], params
+
+
+# Values chosen to collide: ties, -0.0 against 0.0, -inf, and logs of powers of two, whose
+# probabilities sum exactly to top_p = 0.5 (a cut that rounding could move by one token).
+SPECIAL = (0.0, -0.0, 1.0, -1.0, 3.0, -np.inf, -np.log(2.0), -np.log(4.0), -2 * np.log(2.0))
+
+
+@st.composite
+def small_rows(draw: st.DrawFn) -> np.ndarray:
+    values = st.one_of(st.sampled_from(SPECIAL), st.floats(-30.0, 30.0, width=32))
+    row = np.array(draw(st.lists(values, min_size=1, max_size=48)))
+    return row.astype(draw(st.sampled_from([np.float32, np.float64])))
+
+
+@st.composite
+def generated_rows(draw: st.DrawFn) -> np.ndarray:
+    """Rows too long to draw value by value: a recipe and a seed."""
+    n = draw(st.sampled_from([2, 100, 1000, 5000, 30000]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    recipe = draw(st.sampled_from(["normal", "integers", "quarters", "powers of two", "signed zeros", *ROWS]))
+    if recipe in ROWS:
+        row = sample_row(n, recipe, rng).astype(np.float64)
+    elif recipe == "normal":
+        row = rng.normal(size=n) * draw(st.sampled_from([0.1, 1.0, 3.0]))
+    elif recipe == "integers":
+        row = rng.integers(-3, 3, size=n).astype(np.float64)
+    elif recipe == "quarters":
+        row = np.round(rng.normal(size=n) * 12.0) / 4.0
+    elif recipe == "signed zeros":
+        row = rng.choice([0.0, -0.0, -1.0], size=n)
+    else:
+        row = -np.log(2.0) * rng.integers(0, 5, size=n)
+    masked = draw(st.sampled_from([0.0, 0.2, 0.995]))  # the last as a grammar or a logit bias leaves a row
+    row[rng.random(n) < masked] = -np.inf
+    if draw(st.integers(0, 9)) == 0:
+        row[rng.integers(n)] = draw(st.sampled_from([np.nan, np.inf]))
+    return row.astype(draw(st.sampled_from([np.float32, np.float64])))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_rows())
+def test_short_rows_match_the_full_sort_for_every_setting(row: np.ndarray) -> None:
+    assert_same_for_every_setting(row)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated_rows())
+def test_long_rows_match_the_full_sort_for_every_setting(row: np.ndarray) -> None:
+    assert_same_for_every_setting(row)
+
+
+@pytest.mark.parametrize("dtype, hair", [(np.float64, 1e-7), (np.float32, 4e-6)])
+def test_tokens_a_hair_either_side_of_the_min_p_cut_match(dtype: type, hair: float) -> None:
+    row = np.random.default_rng(5).normal(size=5000) - 8.0
+    row[:3] = 0.0, np.log(0.05) + hair, np.log(0.05) - hair
+    row[3:6] = np.log(0.5) + hair, np.log(0.5) - hair, np.log(0.5) + 2 * hair
+    assert_same_for_every_setting(row.astype(dtype))
+
+
+def test_settings_out_of_range_match_too() -> None:
+    rng = np.random.default_rng(8)
+    for row in (rng.normal(size=5000) * 3.0, rng.normal(size=5)):
+        for top_k, top_p, min_p in itertools.product((0, 3), (-0.5, 0.0, 1.5), (-1.0, 0.0, 1.0, 1.5, 1e-250)):
+            params = SamplingParams(0.7, top_k, top_p, min_p)
+            for logits in (row.astype(np.float32), row):
+                want, got = reference_to_dist(logits, params), to_dist(logits, params)
+                assert got.ids.tolist() == want.ids.tolist(), params
+                assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12), params
+
+
+def test_long_rows_of_signed_zeros_keep_id_order() -> None:
+    """-0.0 == 0.0: tied, so ordered by id, as the stable sort orders them."""
+    row = np.random.default_rng(6).choice([0.0, -0.0, -1.0], size=3000)
+    for dtype in (np.float32, np.float64):
+        assert_same_for_every_setting(row.astype(dtype))
+
+
+@pytest.mark.parametrize("kind", ROWS)
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(top_k=40), SamplingParams(top_k=0), SamplingParams(top_k=0, min_p=0.0)],
+    ids=["top_k=40", "top_k=0", "top_k=0 min_p=0"],
+)
+def test_realistic_rows_take_the_fast_path(kind: str, params: SamplingParams, monkeypatch) -> None:  # noqa: ANN001
+    """Equality alone would pass if every row fell back to the full sort."""
+    row = sample_row(30000, kind, np.random.default_rng(3))
+    want = to_dist(row, params)
+
+    def no_full_sort(*args: object) -> None:
+        raise AssertionError("fell back to sorting the row")
+
+    monkeypatch.setattr(sampling, "_sorted_top", no_full_sort)
+    got = to_dist(row, params)
+    assert got.ids.tolist() == want.ids.tolist() == reference_to_dist(row, params).ids.tolist()
