@@ -34,6 +34,7 @@ test-fast: setup
 bench: setup
 	$(VENV)/bin/edgespec models prepare demo demo-bad
 	$(VENV)/bin/edgespec bench --out bench-out
+	$(PY) -m edgespec.frontends.bench.row_timing
 
 lint: setup
 	$(VENV)/bin/ruff check edgespec tui tests

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import time
 
-from edgespec.row_timing import ROWS, SETTINGS, format_table, row_timings
+from edgespec.frontends.bench.row_timing import ROWS, SETTINGS, format_table, row_timings
 
 
 def test_row_timings_gives_one_record_per_size_row_and_setting_quickly() -> None:

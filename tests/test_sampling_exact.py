@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec import sampling
-from edgespec.row_timing import ROWS, sample_row
-from edgespec.sampling import Dist, SamplingParams, to_dist
+from edgespec.core import sampling
+from edgespec.core.sampling import Dist, SamplingParams, to_dist
+from edgespec.frontends.bench.row_timing import ROWS, sample_row
 
 
 def reference_to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
@@ -143,7 +143,7 @@ def test_long_rows_of_signed_zeros_keep_id_order() -> None:
     [SamplingParams(top_k=40), SamplingParams(top_k=0), SamplingParams(top_k=0, min_p=0.0)],
     ids=["top_k=40", "top_k=0", "top_k=0 min_p=0"],
 )
-def test_realistic_rows_take_the_fast_path(kind: str, params: SamplingParams, monkeypatch) -> None:  # noqa: ANN001
+def test_realistic_rows_take_the_fast_path(kind: str, params: SamplingParams, monkeypatch) -> None:
     """Equality alone would pass if every row fell back to the full sort."""
     row = sample_row(30000, kind, np.random.default_rng(3))
     want = to_dist(row, params)

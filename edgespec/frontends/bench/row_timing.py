@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .sampling import Dist, SamplingParams, confidence, to_dist
+from edgespec.core.sampling import Dist, SamplingParams, confidence, to_dist
 
 SETTINGS: dict[str, SamplingParams] = {
     "top_k=40": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
