@@ -210,5 +210,11 @@ def chart(result: dict, path: Path) -> None:
 
 
 def write_reports(result: dict, out: Path) -> None:
-    (out / "bench.md").write_text(markdown(result))
-    chart(result, out / "bench.png")
+    from .copying import markdown as lookup_markdown
+
+    parts = [markdown(result)] if result.get("cells") else []
+    if result.get("lookup"):
+        parts.append("## Prompt lookup (tokens/s, median)\n\n" + lookup_markdown(result["lookup"]))
+    (out / "bench.md").write_text("\n".join(parts))
+    if result.get("cells"):
+        chart(result, out / "bench.png")
