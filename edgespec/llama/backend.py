@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -138,6 +139,7 @@ class LlamaModel:
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self._grammar_tokenizer: Any = None
 
     # -- lifetimes -------------------------------------------------------------
     def close(self) -> None:
@@ -244,6 +246,15 @@ class LlamaModel:
     def chat_template(self) -> str | None:
         ptr = llama_cpp.llama_model_chat_template(self._model, None)
         return ptr.decode("utf-8", "replace") if ptr else None
+
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's tokenizer over this model's vocabulary (for structured output), built
+        once on first use (about half a second for a 49k vocabulary)."""
+        if self._grammar_tokenizer is None:
+            import llguidance.llamacpp
+
+            self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab)
+        return self._grammar_tokenizer
 
 
 def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None = None) -> None:
