@@ -15,7 +15,7 @@ from .api.engine import Engine, Prompt
 from .api.generation import Generation
 from .core import defaults
 from .core.errors import BusyError, ContextFullError, EdgespecError
-from .core.events import Result, Segment, Stats, StreamEvent
+from .core.events import Result, Segment, Stats, StreamEvent, TokenLogprob
 from .core.info import EngineInfo, GpuOffload, PairVerdict
 from .core.model import Model, TextModel
 from .core.sampling import SamplingParams
@@ -37,6 +37,7 @@ __all__ = [
     "Stats",
     "StreamEvent",
     "TextModel",
+    "TokenLogprob",
     "defaults",
 ]
 __version__ = "0.1.0"

@@ -113,11 +113,6 @@ def test_misleading_400s_now_say_what_is_wrong(url: str) -> None:
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "does not call tools"),
         ({"tool_choice": "required"}, "tool_choice", "does not call tools"),
         ({"functions": [{"name": "f"}]}, "functions", "does not call tools"),
-        ({"logprobs": True}, "logprobs", "log probabilities"),
-        ({"top_logprobs": 3}, "top_logprobs", "log probabilities"),
-        ({"presence_penalty": 0.5}, "presence_penalty", "penalties"),
-        ({"frequency_penalty": -1}, "frequency_penalty", "penalties"),
-        ({"logit_bias": {"5": 10}}, "logit_bias", "biases"),
         ({"modalities": ["text", "audio"]}, "modalities", "text only"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "text only"),
         ({"web_search_options": {}}, "web_search_options", "web"),
@@ -136,7 +131,6 @@ def test_chat_fields_the_server_cannot_honour_are_a_400_that_says_so(
         ({"echo": True}, "echo"),
         ({"best_of": 3}, "best_of"),
         ({"suffix": "t9"}, "suffix"),
-        ({"logprobs": 2}, "logprobs"),
     ],
 )
 def test_completion_fields_the_server_cannot_honour_are_a_400(url: str, extra: dict, param: str) -> None:

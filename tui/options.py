@@ -37,6 +37,10 @@ class ChatOptions:
     seed: int | None = None
     k: int | None = None
     speculative: bool = True
+    presence_penalty: float = defaults.PRESENCE_PENALTY
+    frequency_penalty: float = defaults.FREQUENCY_PENALTY
+    repeat_penalty: float = defaults.REPEAT_PENALTY
+    repeat_last_n: int = defaults.REPEAT_LAST_N
     highlight: bool = True
     timings: bool = True  # False: no wall-clock numbers on screen (deterministic snapshots)
     sys_reader: SysReader | None = None  # None: psutil on this process
@@ -58,4 +62,8 @@ class ChatOptions:
             min_p=self.min_p,
             seed=self.seed,
             k=self.k,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=self.repeat_last_n,
         )

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
 from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
+from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
@@ -226,14 +227,27 @@ class Engine:
         k: int | None = None,
         stop: Sequence[str] | str | None = None,
         raw: bool = False,
+        presence_penalty: float = defaults.PRESENCE_PENALTY,
+        frequency_penalty: float = defaults.FREQUENCY_PENALTY,
+        repeat_penalty: float = defaults.REPEAT_PENALTY,
+        repeat_last_n: int = defaults.REPEAT_LAST_N,
+        logit_bias: Mapping[int, float] | None = None,
+        logprobs: int | None = None,
     ) -> Generation:
-        """Start a generation; iterate the returned handle for events, `cancel()` it to stop."""
-        params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+        """Start a generation; iterate the returned handle for events, `cancel()` it to stop.
+        `logprobs=N`: each event carries the target's log probability of its tokens and of
+        the N most likely alternatives (0..20; None: none, and no cost)."""
+        pen = make_penalties(
+            presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
+        )
+        params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
         _check_params(params, max_tokens, k)
+        if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
+            raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
         tokens = self.tokenize(prompt, raw=raw)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         spec = speculative and self.can_speculate
-        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops))
+        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs))
 
     def _run(
         self,
@@ -244,6 +258,7 @@ class Engine:
         speculative: bool,
         k: int | None,
         stops: list[str],
+        logprobs: int | None,
     ) -> Iterator[StreamEvent]:
         with self._hold():
             self._running = gen
@@ -254,6 +269,7 @@ class Engine:
                 rng=np.random.default_rng(params.seed),
                 speculative=speculative,
                 cancel=gen.cancelled,
+                logprobs=logprobs,
             )
             text = TextAssembler(self.target.piece, stops)
             steps = self._decoder.run(tokens, request)
@@ -264,14 +280,17 @@ class Engine:
                     drafted = "lookup" if step.source == LOOKUP else "draft"
                     sources = [drafted if f else "target" for f in step.from_draft]
                     segments, stop_at = text.feed(step.tokens, sources)
-                    toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
+                    toks, flags, finish, lps = step.tokens, step.from_draft, step.finish_reason, step.logprobs
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
+                        lps = lps[: stop_at + 1] if lps is not None else None
+                    if logprobs is not None and lps is None:
+                        lps = ()  # the last event, with no tokens
                         step.stats.n_generated -= len(step.tokens) - len(toks)
                     elif finish is not None:
                         segments += text.finish()
                     piece = "".join(s.text for s in segments)
-                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k)
+                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k, lps)
                     if finish is not None:
                         return
             finally:

@@ -20,6 +20,16 @@ class Segment(NamedTuple):
     source: str
 
 
+class TokenLogprob(NamedTuple):
+    """The target's log probability of one emitted token, from its raw logits (before
+    penalties, bias and temperature, as OpenAI reports them), and of its `top` most likely
+    alternatives at that position, best first: (token id, log probability)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class Stats:
     """Running statistics of one generation (updated once per step)."""
@@ -82,7 +92,8 @@ class StreamEvent:
     bonus token). `k` is the K the controller chose for the step (a step near
     max_tokens or the context end may draft fewer). `finish_reason` is set on
     the last event only: "stop" (end-of-generation token or stop string),
-    "length" (max_tokens or the context limit) or "cancelled".
+    "length" (max_tokens or the context limit) or "cancelled". `logprobs`
+    (when the generation asked for them) has one entry per token of `tokens`.
     """
 
     text: str
@@ -92,6 +103,7 @@ class StreamEvent:
     finish_reason: str | None = None
     segments: tuple[Segment, ...] = ()
     k: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,30 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=defaults.TOP_P)
     g.add_argument("--min-p", type=float, default=defaults.MIN_P)
     g.add_argument("--seed", type=int, default=None)
+    g.add_argument(
+        "--presence-penalty",
+        type=float,
+        default=defaults.PRESENCE_PENALTY,
+        help="-2..2: lower the logits of tokens already generated (OpenAI's)",
+    )
+    g.add_argument(
+        "--frequency-penalty",
+        type=float,
+        default=defaults.FREQUENCY_PENALTY,
+        help="-2..2: lower the logits of generated tokens by how often they appeared (OpenAI's)",
+    )
+    g.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=defaults.REPEAT_PENALTY,
+        help="llama.cpp's: penalise the last --repeat-last-n tokens of the context (1 = off)",
+    )
+    g.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=defaults.REPEAT_LAST_N,
+        help="the window of --repeat-penalty (-1: the whole context)",
+    )
     g.add_argument("--k", type=int, default=None, help="fixed number of draft tokens (default: adaptive)")
     g.add_argument("--no-spec", action="store_true", help="plain decoding, no draft model")
 
@@ -54,6 +78,10 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         k=args.k,
         speculative=not args.no_spec,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
     )
 
 

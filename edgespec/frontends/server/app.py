@@ -42,6 +42,7 @@ log = logging.getLogger("edgespec.server")
 DEFAULTS: dict[str, Any] = dict(
     max_tokens=defaults.MAX_TOKENS,
     **defaults.SAMPLING,
+    **defaults.PENALTIES,
     seed=None,
     k=None,
     speculative=True,
@@ -132,7 +133,7 @@ def create_app(
             for m in body.messages
         ]
         limit = min(body.max_completion_tokens or body.max_tokens or options["max_tokens"], max_tokens_cap)
-        return await _complete(queue, request, body, ChatFormat(engine.name), messages, limit, options)
+        return await _complete(queue, request, body, ChatFormat(engine.name, engine.piece), messages, limit, options)
 
     @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -140,17 +141,19 @@ def create_app(
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]  # a batch of one
         limit = min(body.max_tokens or options["max_tokens"], max_tokens_cap)
-        return await _complete(queue, request, body, TextFormat(engine.name), prompt, limit, options)
+        return await _complete(queue, request, body, TextFormat(engine.name, engine.piece), prompt, limit, options)
 
     return app
 
 
 def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, Any], n_ctx: int) -> dict:
     opts = dict(options)
-    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop"):
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop", *defaults.PENALTIES):
         value = getattr(body, name)
         if value is not None:
             opts[name] = value
+    opts["logit_bias"] = body.engine_logit_bias()
+    opts["logprobs"] = body.engine_logprobs()
     # past what the context holds, the engine stops at its end with finish_reason "length"
     opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
     if opts["seed"] == -1:
@@ -211,12 +214,15 @@ async def _complete(
         return _EventStream(job, _sse(job, first, fmt))
     try:
         parts, event = [first.text], first
+        lps = None if first.logprobs is None else list(first.logprobs)
         while event.finish_reason is None and not job.gone:
             event = await job.next()
             parts.append(event.text)
+            if lps is not None and event.logprobs is not None:
+                lps += event.logprobs
     finally:
         job.close()
-    return JSONResponse(fmt.whole("".join(parts), event))
+    return JSONResponse(fmt.whole("".join(parts), event, lps))
 
 
 class _EventStream(StreamingResponse):
@@ -240,8 +246,8 @@ class _EventStream(StreamingResponse):
 async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
     yield sse_data(fmt.chunk(None, None, first=True))
     while True:
-        if event.text:
-            yield sse_data(fmt.chunk(event.text, None))
+        if event.text or event.logprobs:  # (tokens whose text is held back still carry their logprobs)
+            yield sse_data(fmt.chunk(event.text, None, lps=event.logprobs))
         if event.finish_reason is not None:
             yield sse_data(fmt.chunk(None, event))
             break

@@ -1,10 +1,10 @@
 """The request models: every OpenAI field the server reads, honours or refuses.
 
-A field is either honoured, an extension (top_k, min_p, speculative, k),
-accepted with no effect (model, user, metadata: they change nothing about the
-answer), or refused with a 400 that says why: a field whose value would
-change the answer in a way the server cannot (images, n > 1, tools,
-response_format, logprobs, penalties, logit_bias, audio, web search, echo,
+A field is either honoured, an extension (top_k, min_p, repeat_penalty,
+repeat_last_n, speculative, k), accepted with no effect (model, user,
+metadata: they change nothing about the answer), or refused with a 400 that
+says why: a field whose value would change the answer in a way the server
+cannot (images, n > 1, tools, response_format, audio, web search, echo,
 best_of, suffix) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
 expect. `reject` is how a check here words its own 400; wrong types fail
 pydantic's validation (the app answers both in OpenAI's error shape).
@@ -81,12 +81,19 @@ class Sampling(BaseModel):
     def _honourable(self) -> Sampling:
         if self.n is not None and self.n > 1:
             _unsupported("n", "one choice per request here; send n requests (with different seeds) instead")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):
-                _unsupported(name, "repetition penalties are not implemented; leave it at 0")
-        if self.logit_bias:
-            _unsupported("logit_bias", "token biases are not implemented; leave it empty")
+        for key, value in (self.logit_bias or {}).items():
+            if not key.isdigit():
+                reject(f"logit_bias keys are token ids (as strings, like \"50256\"); got '{key}'", "logit_bias")
+            if not -defaults.LOGIT_BIAS_LIMIT <= value <= defaults.LOGIT_BIAS_LIMIT:
+                reject(f"logit_bias values must be between -100 and 100 (token {key}: {value})", "logit_bias")
         return self
+
+    def engine_logit_bias(self) -> dict[int, float] | None:
+        return {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
+
+    def engine_logprobs(self) -> int | None:
+        """`Engine.stream`'s logprobs: None (none), or how many alternatives per token."""
+        return None
 
     model: str | None = Field(None, description="accepted and ignored: the server serves the pair it loaded")
     max_tokens: int | None = Field(
@@ -103,9 +110,21 @@ class Sampling(BaseModel):
     stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOPS)] | None = None
     stream: bool | None = False
     n: int | None = Field(None, ge=1, description="only 1 is supported")
-    presence_penalty: float | None = Field(None, description="only 0 is supported")
-    frequency_penalty: float | None = Field(None, description="only 0 is supported")
-    logit_bias: dict[str, float] | None = Field(None, description="only empty is supported")
+    presence_penalty: float | None = Field(
+        None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
+    )
+    frequency_penalty: float | None = Field(
+        None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
+    )
+    repeat_penalty: float | None = Field(
+        None, gt=0, description=f"extension (llama.cpp's); 1 = off; default {defaults.REPEAT_PENALTY}"
+    )
+    repeat_last_n: int | None = Field(
+        None,
+        ge=-1,
+        description=f"extension; repeat_penalty's window, -1 = the whole context; default {defaults.REPEAT_LAST_N}",
+    )
+    logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in -100..100")
     speculative: bool | None = Field(None, description="extension; false: plain decoding")
     k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
 
@@ -151,8 +170,10 @@ class ChatRequest(Sampling):
     tool_choice: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without tools')
     functions: list[Any] | None = Field(None, description="not supported (only empty)")
     function_call: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without functions')
-    logprobs: bool | None = Field(None, description="only false is supported")
-    top_logprobs: int | None = Field(None, description="only 0 is supported")
+    logprobs: bool | None = Field(None, description="the log probability of each token of the answer")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=defaults.TOP_LOGPROBS_LIMIT, description="alternatives per token (with logprobs)"
+    )
     modalities: list[str] | None = Field(None, description='only ["text"] is supported')
     audio: dict[str, Any] | None = Field(None, description="not supported")
     web_search_options: dict[str, Any] | None = Field(None, description="not supported")
@@ -167,13 +188,16 @@ class ChatRequest(Sampling):
         for name in ("tool_choice", "function_call"):
             if getattr(self, name) not in (None, "none", "auto"):
                 _unsupported(name, "the server does not call tools yet")
-        if self.logprobs or self.top_logprobs:
-            _unsupported("logprobs" if self.logprobs else "top_logprobs", "log probabilities are not returned yet")
+        if self.top_logprobs and not self.logprobs:
+            reject("top_logprobs needs logprobs: true", "top_logprobs")
         if self.modalities and set(self.modalities) != {"text"} or self.audio is not None:
             _unsupported("modalities" if self.modalities else "audio", "the server answers in text only")
         if self.web_search_options is not None:
             _unsupported("web_search_options", "the server does not search the web")
         return self
+
+    def engine_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(Sampling):
@@ -181,7 +205,9 @@ class CompletionRequest(Sampling):
     echo: bool | None = Field(None, description="only false is supported")
     best_of: int | None = Field(None, ge=1, description="only 1 is supported")
     suffix: str | None = Field(None, description="only empty is supported")
-    logprobs: int | None = Field(None, ge=0, description="only 0 is supported")
+    logprobs: int | None = Field(
+        None, ge=0, le=5, description="the tokens' log probabilities, and this many alternatives"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -203,9 +229,10 @@ class CompletionRequest(Sampling):
             _unsupported("best_of", "one candidate per request here")
         if self.suffix:
             _unsupported("suffix", "no fill-in-the-middle")
-        if self.logprobs:
-            _unsupported("logprobs", "log probabilities are not returned yet")
         return self
+
+    def engine_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 def message_text(content: str | list[TextPart] | None) -> str:
