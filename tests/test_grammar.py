@@ -83,5 +83,5 @@ def test_a_bad_schema_or_grammar_is_one_line_before_generating(kw: dict, words: 
 
 def test_json_mode_accepts_any_object() -> None:
     g = Grammar(tokenizer(), compile_grammar(json_schema=True), 257)
-    doc = json.dumps({"x": [1, 2, {"y": None}]})
+    doc = json.dumps({"x": [1, 2, {"y": None}]}, separators=(",", ":"))  # compact, as the grammar asks
     assert g.valid_prefix(ids(doc)) == len(doc)

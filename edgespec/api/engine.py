@@ -30,6 +30,7 @@ from ..core.decoder import Decoder, Request
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
+from ..core.grammar import Grammar, compile_grammar
 from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
@@ -233,10 +234,14 @@ class Engine:
         repeat_last_n: int = defaults.REPEAT_LAST_N,
         logit_bias: Mapping[int, float] | None = None,
         logprobs: int | None = None,
+        json_schema: Any = None,
+        grammar: str | None = None,
     ) -> Generation:
         """Start a generation; iterate the returned handle for events, `cancel()` it to stop.
         `logprobs=N`: each event carries the target's log probability of its tokens and of
-        the N most likely alternatives (0..20; None: none, and no cost)."""
+        the N most likely alternatives (0..20; None: none, and no cost). `json_schema` (a
+        dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output."""
+        compiled = compile_grammar(json_schema=json_schema, lark=grammar) if json_schema or grammar else None
         pen = make_penalties(
             presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
         )
@@ -247,7 +252,14 @@ class Engine:
         tokens = self.tokenize(prompt, raw=raw)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         spec = speculative and self.can_speculate
-        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs))
+        matcher = self._grammar(compiled) if compiled is not None else None
+        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs, matcher))
+
+    def _grammar(self, compiled: str) -> Grammar:
+        tokenizer = getattr(self.target, "grammar_tokenizer", None)
+        if tokenizer is None:
+            raise EdgespecError("this model backend has no tokenizer for structured output")
+        return Grammar(tokenizer(), compiled, self.target.n_vocab)
 
     def _run(
         self,
@@ -259,6 +271,7 @@ class Engine:
         k: int | None,
         stops: list[str],
         logprobs: int | None,
+        grammar: Grammar | None = None,
     ) -> Iterator[StreamEvent]:
         with self._hold():
             self._running = gen
@@ -270,6 +283,7 @@ class Engine:
                 speculative=speculative,
                 cancel=gen.cancelled,
                 logprobs=logprobs,
+                grammar=grammar,
             )
             text = TextAssembler(self.target.piece, stops)
             steps = self._decoder.run(tokens, request)
@@ -284,11 +298,11 @@ class Engine:
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
                         lps = lps[: stop_at + 1] if lps is not None else None
-                    if logprobs is not None and lps is None:
-                        lps = ()  # the last event, with no tokens
                         step.stats.n_generated -= len(step.tokens) - len(toks)
                     elif finish is not None:
                         segments += text.finish()
+                    if logprobs is not None and lps is None:
+                        lps = ()  # the last event, with no tokens
                     piece = "".join(s.text for s in segments)
                     yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k, lps)
                     if finish is not None:

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
 from .events import Stats, TokenLogprob
+from .grammar import Grammar
 from .logprobs import token_logprob
 from .lookup import LookupIndex
 from .lookup_policy import L_MAX
@@ -110,6 +112,7 @@ class Request:
     cancel: threading.Event | None = None
     lookup: bool = True  # draft from prompt lookup too, where the decoder has an index
     logprobs: int | None = None  # report the target's logprob of each token, and of this many alternatives
+    grammar: Grammar | None = None  # structured output: a fresh matcher for this generation
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Step:
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asks
 
 
-def _dist(row: np.ndarray, params: SamplingParams, hist: History | None) -> Dist:
+def _dist(row: np.ndarray, params: SamplingParams, hist: Constraints | None) -> Dist:
     """The sampling transform of one row, penalties (with `hist` as it stands) included."""
     return to_dist(row if hist is None else hist.apply(row), params)
 
@@ -135,7 +138,7 @@ class _TargetRows:
     q_i was made with: `hist` starts at the committed tokens and follows the drafts."""
 
     def __init__(
-        self, rows: np.ndarray, params: SamplingParams, hist: History | None = None, drafts: Sequence[int] = ()
+        self, rows: np.ndarray, params: SamplingParams, hist: Constraints | None = None, drafts: Sequence[int] = ()
     ) -> None:
         self._rows, self._params = rows, params
         self._hist, self._drafts = hist, drafts
@@ -188,13 +191,16 @@ class Decoder:
                 index.sync(self.committed, known_prefix=0)
             stats.prefill_s = time.perf_counter() - t0
             pen = req.params.penalties
-            hist = History(pen, self.target.model.n_vocab, self.committed) if pen.active else None
+            history = History(pen, self.target.model.n_vocab, self.committed) if pen.active else None
+            hist = None
+            if history is not None or req.grammar is not None:
+                hist = Constraints(history, req.grammar, len(self.committed))
             yield from self._loop(req, draft, index, stats, hist)
         finally:
             self._restore()
 
     def _loop(
-        self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: History | None
+        self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: Constraints | None
     ) -> Generator[Step, None, None]:
         committed = self.committed
         while True:
@@ -226,6 +232,8 @@ class Decoder:
             if from_lookup and k:
                 assert proposal is not None
                 drafts = list(proposal.tokens[:k])
+                if hist is not None:
+                    drafts = drafts[: hist.valid_prefix(drafts)]  # never propose what the grammar forbids
                 qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
             elif draft is not None and k:
                 drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan, hist)
@@ -277,7 +285,13 @@ class Decoder:
                 return
 
     def _draft(
-        self, draft: Cache, k: int, params: SamplingParams, rng: np.random.Generator, plan: Plan, hist: History | None
+        self,
+        draft: Cache,
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        plan: Plan,
+        hist: Constraints | None,
     ) -> tuple[list[int], list[Dist], list[float]]:
         """Up to k draft tokens, and the draft's confidence in each when the plan wants it.
 
@@ -308,8 +322,10 @@ class Decoder:
                 sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
                 if sures[-1] < plan.stop_below:
                     break
-            if i + 1 < k:
+            if i + 1 < k and not self.target.model.is_eog(x):  # nothing is verified past the end
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
+            else:
+                break
         if hist is not None:
             hist.truncate(base)
         return drafts, qs, sures
