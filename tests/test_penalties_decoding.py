@@ -130,3 +130,16 @@ def test_negative_control_penalties_on_the_draft_side_only(monkeypatch: pytest.M
 
     monkeypatch.setattr(decoder_mod._TargetRows, "__init__", plain_target)
     assert _pvalue(seed=3) < 1e-6, "the test cannot tell a one-sided penalty apart"
+
+
+def test_a_draft_that_ignores_the_penalties_still_gives_the_targets_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a negative control: verify needs each x_i to be a sample of the q_i it is given,
+    whatever q_i is, so penalties on the target's side only cost acceptance, never the law.
+    The draft side has to match only to accept well; the target side has to be exact."""
+    real = decoder_mod.Decoder._draft
+
+    def unpenalised(self, draft, k, params, rng, plan, hist=None):
+        return real(self, draft, k, dataclasses.replace(params, penalties=Penalties()), rng, plan, None)
+
+    monkeypatch.setattr(decoder_mod.Decoder, "_draft", unpenalised)
+    assert _pvalue(seed=3) > 1e-3
