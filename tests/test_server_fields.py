@@ -105,11 +105,22 @@ def test_misleading_400s_now_say_what_is_wrong(url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("response_format", "says"),
+    [
+        ({"type": "xml"}, "json_object or json_schema"),
+        ({"type": "json_schema", "json_schema": "nope"}, "'schema' object"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}, "JSON schema"),
+    ],
+)
+def test_a_bad_response_format_is_a_400_before_generating(url: str, response_format: dict, says: str) -> None:
+    r = post(url, "/v1/chat/completions", {"messages": CHAT, "response_format": response_format})
+    assert r.status_code == 400 and says in error_of(r)["message"]
+
+
+@pytest.mark.parametrize(
     ("extra", "param", "says"),
     [
         ({"n": 2}, "n", "one choice per request"),
-        ({"response_format": {"type": "json_object"}}, "response_format", "constrained decoding"),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "JSON"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "does not call tools"),
         ({"tool_choice": "required"}, "tool_choice", "does not call tools"),
         ({"functions": [{"name": "f"}]}, "functions", "does not call tools"),

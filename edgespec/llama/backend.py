@@ -251,9 +251,13 @@ class LlamaModel:
         """llguidance's tokenizer over this model's vocabulary (for structured output), built
         once on first use (about half a second for a 49k vocabulary)."""
         if self._grammar_tokenizer is None:
+            import warnings
+
             import llguidance.llamacpp
 
-            self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab)
+            with warnings.catch_warnings():  # it asks llama_token_get_attr, deprecated, once per token
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab)
         return self._grammar_tokenizer
 
 

@@ -154,6 +154,9 @@ def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, A
             opts[name] = value
     opts["logit_bias"] = body.engine_logit_bias()
     opts["logprobs"] = body.engine_logprobs()
+    schema = getattr(body, "engine_json_schema", lambda: None)()
+    if schema is not None:
+        opts["json_schema"] = schema
     # past what the context holds, the engine stops at its end with finish_reason "length"
     opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
     if opts["seed"] == -1:

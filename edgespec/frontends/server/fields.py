@@ -165,7 +165,9 @@ class ChatMessage(BaseModel):
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="as max_tokens (and first, when both are set)")
-    response_format: dict[str, Any] | None = Field(None, description='only {"type": "text"} is supported')
+    response_format: dict[str, Any] | None = Field(
+        None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}}'
+    )
     tools: list[Any] | None = Field(None, description="not supported (only empty)")
     tool_choice: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without tools')
     functions: list[Any] | None = Field(None, description="not supported (only empty)")
@@ -180,8 +182,7 @@ class ChatRequest(Sampling):
 
     @model_validator(mode="after")
     def _chat_honourable(self) -> ChatRequest:
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            _unsupported("response_format", "no constrained decoding (JSON mode, schemas) yet; ask in the prompt")
+        self.engine_json_schema()  # a malformed response_format is a 400 before the queue
         for name in ("tools", "functions"):
             if getattr(self, name):
                 _unsupported(name, "the server does not call tools yet")
@@ -198,6 +199,24 @@ class ChatRequest(Sampling):
 
     def engine_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def engine_json_schema(self) -> Any:
+        """`Engine.stream`'s json_schema for response_format: None (text), True (any JSON
+        object) or the schema; the schema itself is compiled (and refused) by the engine."""
+        fmt = self.response_format
+        if not fmt:
+            return None
+        kind = fmt.get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return True
+        if kind != "json_schema":
+            reject(f"response_format.type must be text, json_object or json_schema (got {kind!r})", "response_format")
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            reject("response_format.json_schema must be an object with a 'schema' object", "response_format")
+        return spec.get("schema") or True
 
 
 class CompletionRequest(Sampling):
