@@ -104,20 +104,32 @@ class Engine:
         p_min: float = 0.0,
         name: str | None = None,
         lookup: bool = True,
+        isolated: bool = False,
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
-        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off."""
+        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
+        `isolated=True`: the models run in a child process that restarts after a crash."""
         options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup)
+        if isolated:
+            return _isolated(target, draft, options)
         return cls._from_loaded(load_pair(target, draft, options))
 
     @classmethod
     def from_pair(
-        cls, name: str, config: str | Path | None = None, *, with_draft: bool = True, **overrides: Any
+        cls,
+        name: str,
+        config: str | Path | None = None,
+        *,
+        with_draft: bool = True,
+        isolated: bool = False,
+        **overrides: Any,
     ) -> Engine:
-        """A pair from models.toml (prepared on first use). `overrides`: `Engine.load`'s
-        keywords; None keeps the pair's own setting. `progress`: a callback for preparation.
-        `with_draft=False` loads the target alone (plain decoding)."""
+        """A pair from models.toml (prepared on first use, in this process). `overrides`:
+        `Engine.load`'s keywords; None keeps the pair's own setting. `progress`: a callback for
+        preparation. `with_draft=False` loads the target alone (plain decoding)."""
         target, draft, options = pair_files(name, config, **overrides)
+        if isolated:
+            return _isolated(target, draft if with_draft else None, options)
         return cls._from_loaded(load_pair(target, draft if with_draft else None, options))
 
     @classmethod
@@ -158,6 +170,11 @@ class Engine:
     @property
     def busy(self) -> bool:
         return self._lock.locked()
+
+    @property
+    def state(self) -> str:
+        """ "ok" or "closed" (an isolated engine also says "restarting" or "failed")."""
+        return "closed" if self._closed else "ok"
 
     @property
     def has_draft(self) -> bool:
@@ -337,6 +354,12 @@ class Engine:
                 tokens.extend(event.tokens)
         assert event is not None and event.finish_reason is not None
         return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
+
+
+def _isolated(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    from .isolated import ChildSpec, IsolatedEngine
+
+    return IsolatedEngine(ChildSpec(str(target), None if draft is None else str(draft), options))
 
 
 def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
