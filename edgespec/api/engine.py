@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -356,10 +356,14 @@ class Engine:
         return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
 
 
-def _isolated(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
-    from .isolated import ChildSpec, IsolatedEngine
+# Set by edgespec.api.isolated, which the package always imports: it subclasses Engine, so
+# importing it from here would make a loop.
+_isolate: Callable[[str | Path, str | Path | None, LoadOptions], Engine] | None = None
 
-    return IsolatedEngine(ChildSpec(str(target), None if draft is None else str(draft), options))
+
+def _isolated(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    assert _isolate is not None, "edgespec.api.isolated registers itself on import"
+    return _isolate(target, draft, options)
 
 
 def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:

@@ -41,6 +41,8 @@ from ..core.errors import EdgespecError, EngineCrashed
 from ..core.events import Stats, StreamEvent
 from ..core.info import EngineInfo
 from ..core.sampling import SamplingParams
+from ..llama.loading import LoadOptions
+from . import engine as _engine
 from .child import ChildSpec
 from .engine import Engine, Prompt, _check_params
 from .generation import Generation
@@ -117,7 +119,7 @@ class IsolatedEngine(Engine):
         self.warnings = list(facts["warnings"])
         return child
 
-    def _child_died(self, child: ChildProcess, cause: str) -> None:
+    def child_died(self, child: ChildProcess, cause: str) -> None:
         """Runs on the dead child's reader thread: start a new child, a few times at most."""
         if self._closed or child is not self._child:
             return
@@ -278,6 +280,13 @@ class _Remote(Generation):
         super().cancel()
         if self.child is not None:
             self.child.cancel(self.gid, self._grace)
+
+
+def _spawn(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    return IsolatedEngine(ChildSpec(str(target), None if draft is None else str(draft), options))
+
+
+_engine._isolate = _spawn  # what Engine.load(isolated=True) and Engine.from_pair(isolated=True) call
 
 
 def _error(name: str, message: str) -> EdgespecError:

@@ -18,22 +18,31 @@ import threading
 import time
 from multiprocessing import get_context
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.errors import EngineCrashed
 from . import child as child_side
 from .child import ChildSpec
 
-if TYPE_CHECKING:
-    from .isolated import IsolatedEngine
-
 POLL_S = 0.1  # how often the reader looks at cancel deadlines
+
+
+class Owner(Protocol):
+    """What a child process reports to (IsolatedEngine)."""
+
+    warnings: list[str]
+    cancel_grace_s: float
+
+    @property
+    def retry_after(self) -> int: ...
+
+    def child_died(self, child: ChildProcess, cause: str) -> None: ...
 
 
 class ChildProcess:
     """One child process, and the thread that reads its pipe and notices its death."""
 
-    def __init__(self, owner: IsolatedEngine, spec: ChildSpec, log_level: int) -> None:
+    def __init__(self, owner: Owner, spec: ChildSpec, log_level: int) -> None:
         ctx = get_context("spawn")
         self.owner = owner
         self.conn, theirs = ctx.Pipe()
@@ -168,4 +177,4 @@ class ChildProcess:
             q.put(("crashed", rid, self.dead))
         self.ready.set()
         if not self.closing:
-            self.owner._child_died(self, cause)
+            self.owner.child_died(self, cause)
