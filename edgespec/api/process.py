@@ -24,6 +24,7 @@ from ..core.errors import EngineCrashed
 from . import child as child_side
 from .child import ChildSpec
 
+log = logging.getLogger("edgespec")
 POLL_S = 0.1  # how often the reader looks at cancel deadlines
 
 
@@ -115,7 +116,6 @@ class ChildProcess:
         if self.process.is_alive():
             self.kill("closing")
             self.process.join(5)
-        self.conn.close()
 
     # -- the reader thread -----------------------------------------------------------------
     def _read(self) -> None:
@@ -125,12 +125,18 @@ class ChildProcess:
             self._check_deadlines()
             if self.conn in ready:
                 try:
-                    self._dispatch(self.conn.recv())
+                    message = self.conn.recv()
                 except (EOFError, OSError):
                     break
+                except Exception:  # a message that does not unpickle: the protocol is broken
+                    log.exception("unreadable message from the engine process")
+                    self.kill("it sent a message that could not be read")
+                    continue
+                self._dispatch(message)
             elif sentinel in ready:
                 break
         self.process.join(5)
+        self.conn.close()  # here, not in close(): this thread may be waiting on it
         self._died()
 
     def _dispatch(self, message: tuple) -> None:
