@@ -8,7 +8,10 @@ figure is what a caller sees: generated tokens over the wall time from
 `stream()` to the last event, including tokenizing the prompt and every event
 crossing the pipe. Medians over `--repeats`; the ratio is isolated / in-process.
 
-    python -m edgespec.frontends.bench.isolation [--repeats 5] [--max-tokens 256]
+    python -m edgespec.frontends.bench.isolation [--repeats 5] [--max-tokens 256] [--threads N]
+
+On a machine shared with other work, `--threads 1` keeps llama.cpp's thread barriers
+from turning every descheduled thread into a stall for both engines alike.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ def tokens_per_s(engine: Engine, prompt: str, temperature: float, max_tokens: in
     return n / (time.perf_counter() - t0)
 
 
-def compare(target: str, draft: str | None, repeats: int, max_tokens: int, n_ctx: int) -> dict[str, float]:
+def compare(
+    target: str, draft: str | None, repeats: int, max_tokens: int, n_ctx: int, threads: int | None = None
+) -> dict[str, float]:
     engines = {
-        "in-process": Engine.load(target, draft, n_ctx=n_ctx),
-        "isolated": Engine.load(target, draft, n_ctx=n_ctx, isolated=True),
+        "in-process": Engine.load(target, draft, n_ctx=n_ctx, threads=threads),
+        "isolated": Engine.load(target, draft, n_ctx=n_ctx, threads=threads, isolated=True),
     }
     speeds: dict[str, list[float]] = {name: [] for name in engines}
     try:
@@ -67,13 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None, help="per engine (default: physical cores)")
     args = p.parse_args(argv)
     if args.target is None:
         from edgespec.llama.loading import pair_files
 
         target, draft, _ = pair_files("demo")
         args.target, args.draft = str(target), str(draft) if draft else None
-    m = compare(args.target, args.draft, args.repeats, args.max_tokens, args.n_ctx)
+    m = compare(args.target, args.draft, args.repeats, args.max_tokens, args.n_ctx, args.threads)
     print(f"in-process {m['in-process']:.1f} tok/s, isolated {m['isolated']:.1f} tok/s (medians)")
     print(f"isolated / in-process = {m['ratio']:.3f}")
     return 0
