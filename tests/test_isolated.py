@@ -166,3 +166,42 @@ def test_closing_ends_the_child_process() -> None:
     assert not process.is_alive() and engine.state == "closed"
     with pytest.raises(EdgespecError, match="closed"):
         engine.generate("t5")
+
+
+def test_the_child_does_not_outlive_a_parent_that_was_killed() -> None:
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = (
+        "from tests.test_isolated import isolated\n"
+        "e = isolated()\n"
+        "print(e.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        parent.kill()
+        parent.wait(10)
+        child.wait(10)  # psutil.TimeoutExpired if it lingers
+    finally:
+        parent.kill()
+
+
+def test_serve_and_chat_run_the_engine_isolated_unless_told_otherwise() -> None:
+    import argparse
+
+    from edgespec.frontends.server.command import add_parser as add_serve
+    from edgespec_tui.cli import add_parser as add_chat
+
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers()
+    add_serve(sub)
+    add_chat(sub)
+    assert p.parse_args(["serve"]).in_process is False and p.parse_args(["serve", "--in-process"]).in_process
+    chat = p.parse_args(["chat"])
+    assert chat.in_process is False and chat.max_tokens is None and chat.resume is None
+    assert p.parse_args(["chat", "--resume"]).resume == "" and p.parse_args(["chat", "--resume", "x"]).resume == "x"
