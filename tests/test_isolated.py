@@ -205,3 +205,8 @@ def test_serve_and_chat_run_the_engine_isolated_unless_told_otherwise() -> None:
     chat = p.parse_args(["chat"])
     assert chat.in_process is False and chat.max_tokens is None and chat.resume is None
     assert p.parse_args(["chat", "--resume"]).resume == "" and p.parse_args(["chat", "--resume", "x"]).resume == "x"
+
+
+def test_a_child_that_dies_while_loading_is_an_error_at_load_time() -> None:
+    with pytest.raises(EngineCrashed, match="while loading the models.*SIGABRT"):
+        IsolatedEngine(ChildSpec(factory="os:abort"))

@@ -110,7 +110,7 @@ class IsolatedEngine(Engine):
             child.process.join(10)
             raise _error(*child.load_error)
         if child.dead is not None:
-            raise EngineCrashed(f"the engine process died while loading the models ({child.dead})")
+            raise EngineCrashed(f"the engine process died while loading the models ({child.cause})")
         self._load_s = time.monotonic() - t0
         facts = child.facts
         self.name, self.n_ctx, self.lookup = facts["name"], facts["n_ctx"], facts["lookup"]

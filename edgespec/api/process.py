@@ -55,7 +55,8 @@ class ChildProcess:
         self.ready = threading.Event()
         self.facts: dict[str, Any] = {}
         self.load_error: tuple[str, str] | None = None
-        self.dead: str | None = None  # why it died, once it did
+        self.dead: str | None = None  # the message for callers, once it died
+        self.cause = ""  # why it died: the signal or exit code
         self.killed_for: str | None = None
         self.closing = False
         self._lock = threading.Lock()
@@ -175,6 +176,7 @@ class ChildProcess:
             cause = f"killed by {name}" + (", perhaps for lack of memory" if name == "SIGKILL" else "")
         else:
             cause = f"exited with code {code}"
+        self.cause = cause
         with self._lock:
             self.dead = f"the engine process died ({cause}); it is restarting: retry in a few seconds"
             pending = list(self._pending.items())
