@@ -13,8 +13,9 @@ the one module that imports llama_cpp, GGUF reading, pair checks, models),
 
 from .api.engine import Engine, Prompt
 from .api.generation import Generation
+from .api.isolated import IsolatedEngine
 from .core import defaults
-from .core.errors import BusyError, ContextFullError, EdgespecError
+from .core.errors import BusyError, ContextFullError, EdgespecError, EngineCrashed
 from .core.events import Result, Segment, Stats, StreamEvent, TokenLogprob
 from .core.info import EngineInfo, GpuOffload, PairVerdict
 from .core.model import Model, TextModel
@@ -25,9 +26,11 @@ __all__ = [
     "ContextFullError",
     "EdgespecError",
     "Engine",
+    "EngineCrashed",
     "EngineInfo",
     "Generation",
     "GpuOffload",
+    "IsolatedEngine",
     "Model",
     "PairVerdict",
     "Prompt",

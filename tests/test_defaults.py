@@ -25,7 +25,7 @@ def test_argparse_the_server_the_chat_and_the_api_share_the_sampling_defaults() 
     for name, value in {**defaults.SAMPLING, **defaults.PENALTIES, "max_tokens": defaults.MAX_TOKENS}.items():
         assert getattr(args, name) == value, name
         assert SERVER_DEFAULTS[name] == value, name
-        assert getattr(chat, name) == value, name
+        assert getattr(chat, name) == (None if name == "max_tokens" else value), name  # a chat reply runs to its end
         assert stream[name].default == value, name
     for name, value in defaults.SAMPLING.items():
         assert getattr(SamplingParams(), name) == value

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
+from .checks import check_k, check_params
 from .generation import Generation
 
 log = logging.getLogger("edgespec")
@@ -67,7 +68,7 @@ class Engine:
         self.lookup = lookup  # prompt lookup drafts (with or without a draft model)
         self.name = name
         self.warnings: list[str] = list(warnings)
-        _check_k(default_k)
+        check_k(default_k)
         self.default_k = default_k
         self.p_min = p_min
         self._quant = quant_report
@@ -106,20 +107,32 @@ class Engine:
         p_min: float = 0.0,
         name: str | None = None,
         lookup: bool = True,
+        isolated: bool = False,
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
-        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off."""
+        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
+        `isolated=True`: the models run in a child process that restarts after a crash."""
         options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup)
+        if isolated:
+            return _isolated(target, draft, options)
         return cls._from_loaded(load_pair(target, draft, options))
 
     @classmethod
     def from_pair(
-        cls, name: str, config: str | Path | None = None, *, with_draft: bool = True, **overrides: Any
+        cls,
+        name: str,
+        config: str | Path | None = None,
+        *,
+        with_draft: bool = True,
+        isolated: bool = False,
+        **overrides: Any,
     ) -> Engine:
-        """A pair from models.toml (prepared on first use). `overrides`: `Engine.load`'s
-        keywords; None keeps the pair's own setting. `progress`: a callback for preparation.
-        `with_draft=False` loads the target alone (plain decoding)."""
+        """A pair from models.toml (prepared on first use, in this process). `overrides`:
+        `Engine.load`'s keywords; None keeps the pair's own setting. `progress`: a callback for
+        preparation. `with_draft=False` loads the target alone (plain decoding)."""
         target, draft, options = pair_files(name, config, **overrides)
+        if isolated:
+            return _isolated(target, draft if with_draft else None, options)
         return cls._from_loaded(load_pair(target, draft if with_draft else None, options))
 
     @classmethod
@@ -160,6 +173,11 @@ class Engine:
     @property
     def busy(self) -> bool:
         return self._lock.locked()
+
+    @property
+    def state(self) -> str:
+        """ "ok" or "closed" (an isolated engine also says "restarting" or "failed")."""
+        return "closed" if self._closed else "ok"
 
     @property
     def has_draft(self) -> bool:
@@ -246,7 +264,7 @@ class Engine:
             presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
         )
         params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
-        _check_params(params, max_tokens, k)
+        check_params(params, max_tokens, k)
         if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
             raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
         tokens = self.tokenize(prompt, raw=raw)
@@ -372,20 +390,11 @@ class Engine:
         return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
 
 
-def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
-    if not p.temperature >= 0:
-        raise EdgespecError(f"temperature must be >= 0 (got {p.temperature})")
-    if not 0 < p.top_p <= 1:
-        raise EdgespecError(f"top_p must be in (0, 1] (got {p.top_p})")
-    if not 0 <= p.min_p <= 1:
-        raise EdgespecError(f"min_p must be in [0, 1] (got {p.min_p})")
-    if max_tokens < 1:
-        raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
-    _check_k(k)
-    if p.seed is not None and not 0 <= p.seed < 2**63:
-        raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
+# Set by edgespec.api.isolated, which the package always imports: it subclasses Engine, so
+# importing it from here would make a loop.
+_isolate: Callable[[str | Path, str | Path | None, LoadOptions], Engine] | None = None
 
 
-def _check_k(k: int | None) -> None:
-    if k is not None and not 0 <= k <= defaults.K_LIMIT:
-        raise EdgespecError(f"k must be between 0 and {defaults.K_LIMIT} (got {k})")
+def _isolated(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    assert _isolate is not None, "edgespec.api.isolated registers itself on import"
+    return _isolate(target, draft, options)

@@ -31,6 +31,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
+def add_isolation_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the models in this process (default: a child process that restarts after a crash)",
+    )
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)
@@ -85,8 +93,10 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> Engine:
-    """Load the engine a command's model options describe."""
+def engine_from_args(
+    args: argparse.Namespace, progress: Callable[[str], None] | None = None, *, isolated: bool = False
+) -> Engine:
+    """Load the engine a command's model options describe (`isolated`: in a child process)."""
     setup_logging(args.verbose)
     if args.target is None and args.draft is not None:
         raise EdgespecError("--draft needs --target (or use --pair NAME)")
@@ -102,11 +112,13 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
             threads=args.threads,
             k=args.k,
             lookup=not args.no_lookup,
+            isolated=isolated,
         )
     return Engine.from_pair(
         args.pair or "demo",
         args.config,
         with_draft=not args.no_spec,
+        isolated=isolated,
         progress=progress,
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,

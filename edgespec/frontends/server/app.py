@@ -30,7 +30,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from edgespec import ContextFullError, EdgespecError, Engine, StreamEvent, defaults
+from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, defaults
 
 from .fields import ChatRequest, CompletionRequest, Sampling, explain, message_text
 from .guard import Guard, allowed_host_names, check_bind, error_body
@@ -38,6 +38,7 @@ from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
 from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
 
 log = logging.getLogger("edgespec.server")
+RETRY_AFTER_S = 2  # what /health suggests while the engine restarts
 
 DEFAULTS: dict[str, Any] = dict(
     max_tokens=defaults.MAX_TOKENS,
@@ -103,8 +104,12 @@ def create_app(
     card = {"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}
 
     @app.get("/health", responses=ERRORS)
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> Response:
+        # "restarting": the engine's process died and a new one is loading the models
+        state = engine.state
+        if state == "ok":
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.get("/v1/models", responses=ERRORS)
     async def models() -> dict[str, Any]:
@@ -259,13 +264,23 @@ async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
         try:
             event = await job.next()
         except EdgespecError as err:  # headers are out: report in-band, as OpenAI does
-            yield sse_data(error_body(400, str(err)))
+            yield sse_data(_error_chunk(fmt))
+            crashed = isinstance(err, EngineCrashed)
+            yield sse_data(error_body(503 if crashed else 400, str(err), code="engine_crashed" if crashed else None))
             break
         except Exception:
             log.exception("generation failed")
+            yield sse_data(_error_chunk(fmt))
             yield sse_data(error_body(500, "internal error while generating; see the server log"))
             break
     yield "data: [DONE]\n\n"
+
+
+def _error_chunk(fmt: Format) -> dict[str, Any]:
+    """The last chunk of a stream that an error ended: finish_reason "error"."""
+    chunk = fmt.chunk(None, None)
+    chunk["choices"][0]["finish_reason"] = "error"
+    return chunk
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -286,6 +301,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def user_error(_: Request, exc: EdgespecError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, ContextFullError) else None
         return error(400, str(exc), code=code)
+
+    @app.exception_handler(EngineCrashed)
+    async def crashed(_: Request, exc: EngineCrashed) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)}
+        return error(503, str(exc), code="engine_crashed", headers=headers)
 
     @app.exception_handler(QueueFull)
     async def busy(_: Request, exc: QueueFull) -> JSONResponse:
