@@ -22,6 +22,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from .recent import Recent
+
 L_MAX = 16  # the longest lookup draft: a copy run rarely holds longer, and v(n) grows with n
 PRIOR = 0.5  # acceptance assumed before anything was seen: enough to try a proposal once
 SHRINK = 4.0  # pseudo-counts pulling each position's rate towards the pooled one
@@ -35,16 +37,16 @@ class VerifyTimes:
 
     def __init__(self, n_max: int = L_MAX + 1) -> None:
         self.n_max = n_max
-        self._by_n: list[deque[float]] = [deque(maxlen=9) for _ in range(n_max + 1)]
+        self._by_n = [Recent() for _ in range(n_max + 1)]
         self._table: list[float] | None = None  # cost(n) for every n, until the next add
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
-            self._by_n[n].append(seconds)
+            self._by_n[n].add(seconds)
             self._table = None
 
     def measured(self) -> list[tuple[int, float]]:
-        return [(n, statistics.median(d)) for n, d in enumerate(self._by_n) if d]
+        return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
 
     def cost(self, n: int) -> float:
         """v(n), computed once per measurement for every n (the decoder asks each step)."""

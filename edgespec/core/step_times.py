@@ -7,36 +7,13 @@ per verified batch size), which prompt lookup's cost model reads.
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
-
 from . import defaults
 from .lookup_policy import VerifyTimes
+from .recent import Recent
 
 STALE_STEPS = 64
 OUTLIER = 0.25  # a step-time median this far off the fitted line is left out of the refit
 SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
-
-
-class Recent:
-    """The median of the last few timings: robust to the first call of a new batch shape
-    (llama.cpp builds a graph for it) and to a moment of contention on a shared machine."""
-
-    __slots__ = ("samples", "n")
-
-    def __init__(self, size: int = 9) -> None:
-        self.samples: deque[float] = deque(maxlen=size)
-        self.n = 0
-
-    def add(self, x: float) -> None:
-        if self.n == 1:
-            self.samples.clear()  # the very first call of a shape pays for building its graph
-        self.samples.append(x)
-        self.n += 1
-
-    @property
-    def value(self) -> float:
-        return statistics.median(self.samples) if self.samples else 0.0
 
 
 class StepTimes:

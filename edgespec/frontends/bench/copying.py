@@ -164,8 +164,9 @@ def _best(cell: dict, prefix: str) -> float:
     return max((v for k, v in cell.items() if k.startswith(prefix) and isinstance(v, float)), default=0.0)
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if a and b else "—"
+def ratio(a: float | None, b: float | None) -> str:
+    """a / b as "1.23x", or "n/a" when either is missing (both bench reports use it)."""
+    return f"{a / b:.2f}x" if a and b else "n/a"
 
 
 def markdown(cells: list[dict]) -> str:
@@ -179,8 +180,8 @@ def markdown(cells: list[dict]) -> str:
         ngram, chained, plain = _best(c, "llama_ngram"), _best(c, "llama_chained"), c.get("llama_plain", 0.0)
         rows.append(
             f"| {c['prompt']} | {c['temperature']} | {plain:.1f} | {ngram:.1f} | {chained:.1f} | {c['plain']:.1f} "
-            f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {_ratio(c['draftless'], plain)} "
-            f"| {_ratio(c['draftless'], ngram)} | {_ratio(c['draftless'], c['plain'])} "
-            f"| {_ratio(c['hybrid'], c['model'])} | {_ratio(c['hybrid'], chained)} |"
+            f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {ratio(c['draftless'], plain)} "
+            f"| {ratio(c['draftless'], ngram)} | {ratio(c['draftless'], c['plain'])} "
+            f"| {ratio(c['hybrid'], c['model'])} | {ratio(c['hybrid'], chained)} |"
         )
     return "\n".join(rows) + "\n"
