@@ -125,6 +125,7 @@ def test_an_abort_in_native_code_is_a_crash_with_its_signal_logged(caplog: pytes
     assert any("SIGABRT" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
 def test_a_cancel_that_native_code_ignores_kills_and_restarts_the_child() -> None:
     with isolated(hang_at=4, cancel_grace_s=1.0) as engine:
         pid = engine.pid
@@ -168,6 +169,7 @@ def test_closing_ends_the_child_process() -> None:
         engine.generate("t5")
 
 
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
 def test_the_child_does_not_outlive_a_parent_that_was_killed() -> None:
     import subprocess
     import sys

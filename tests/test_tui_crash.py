@@ -101,6 +101,7 @@ async def crash_mid_reply(pilot, app: ChatApp, engine: IsolatedEngine, tmp: Path
     assert app.last_reason in ("length", "stop") and len(app.history) == 6 and saved(tmp) == app.history
 
 
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
 async def test_sigkill_mid_reply_is_an_error_message_and_the_conversation_stays(tmp_path: Path) -> None:
     engine = IsolatedEngine(ChildSpec(factory="tests.fakes:make_slow_engine", kwargs={"delay": 0.02}))
     try:
@@ -134,6 +135,7 @@ async def test_a_reply_runs_to_the_end_of_the_context_not_to_256_tokens(tmp_path
         assert "context is full" in app.messages("assistant")[0].meta
 
 
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
 async def test_the_user_message_is_on_disk_before_the_reply_starts(tmp_path: Path) -> None:
     app = create_app(make_slow_engine(0.02), options=options(tmp_path))
     async with app.run_test(size=SIZE) as pilot:
