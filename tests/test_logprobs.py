@@ -82,7 +82,7 @@ def test_token_logprob_handles_masked_rows_and_ties() -> None:
     [
         ({"presence_penalty": 2.5}, "presence_penalty must be between -2 and 2"),
         ({"frequency_penalty": -3}, "frequency_penalty must be between -2 and 2"),
-        ({"repeat_penalty": -1}, "repeat_penalty must be > 0"),
+        ({"repeat_penalty": -1}, "repeat_penalty must be between"),
         ({"logit_bias": {64: 1.0}}, "token id 64 is not in the vocabulary (0..63)"),
         ({"logit_bias": {5: -150}}, "between -100 and 100"),
         ({"logprobs": 21}, "logprobs must be between 0 and 20"),

@@ -114,7 +114,10 @@ def test_the_defaults_are_off_and_keep_no_history() -> None:
         ({"presence": 2.5}, "presence_penalty must be between -2 and 2"),
         ({"frequency": -2.01}, "frequency_penalty must be between -2 and 2"),
         ({"frequency": float("nan")}, "frequency_penalty"),
-        ({"repeat": 0.0}, "repeat_penalty must be > 0"),
+        ({"repeat": 0.0}, "repeat_penalty must be between"),
+        ({"repeat": 5e-324}, "repeat_penalty must be between 0.01 and 100"),  # a subnormal would give inf logits
+        ({"repeat": 1e300}, "repeat_penalty must be between"),
+        ({"repeat": float("nan")}, "repeat_penalty must be between"),
         ({"repeat_last_n": -2}, "repeat_last_n must be >= -1"),
         ({"logit_bias": {100: 1.0}}, "token id 100 is not in the vocabulary (0..99)"),
         ({"logit_bias": {"5": 1.0}}, "token id '5'"),

@@ -16,6 +16,7 @@ PRESENCE_PENALTY = 0.0  # OpenAI's, -2..2, over the tokens generated so far
 FREQUENCY_PENALTY = 0.0  # OpenAI's, -2..2, over the tokens generated so far
 REPEAT_PENALTY = 1.0  # llama.cpp's, over the last REPEAT_LAST_N tokens of the context
 REPEAT_LAST_N = 64  # llama.cpp's penalty_last_n: 0 = off, -1 = the whole context
+REPEAT_PENALTY_RANGE = (0.01, 100.0)  # repeat_penalty within this (beyond it a logit / penalty overflows)
 PENALTY_LIMIT = 2.0  # |presence_penalty|, |frequency_penalty| at most this (OpenAI's range)
 LOGIT_BIAS_LIMIT = 100.0  # |bias| at most this (OpenAI's range; -100 bans the token in practice)
 TOP_LOGPROBS_LIMIT = 20  # most alternatives per token a request may ask log probabilities of

@@ -22,7 +22,6 @@ distinct generated tokens is kept in step without a search). Pure numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,8 +66,9 @@ def make_penalties(
     for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency)):
         if not -limit <= value <= limit:
             raise EdgespecError(f"{name} must be between -{limit:g} and {limit:g} (got {value})")
-    if not (0.0 < repeat and math.isfinite(repeat)):
-        raise EdgespecError(f"repeat_penalty must be > 0 (1 = off; got {repeat})")
+    low, high = defaults.REPEAT_PENALTY_RANGE
+    if not low <= repeat <= high:
+        raise EdgespecError(f"repeat_penalty must be between {low:g} and {high:g} (1 = off; got {repeat})")
     if repeat_last_n < -1:
         raise EdgespecError(f"repeat_last_n must be >= -1 (-1 = the whole context, 0 = off; got {repeat_last_n})")
     bias: dict[int, float] = {}

@@ -117,7 +117,10 @@ class Sampling(BaseModel):
         None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
     )
     repeat_penalty: float | None = Field(
-        None, gt=0, description=f"extension (llama.cpp's); 1 = off; default {defaults.REPEAT_PENALTY}"
+        None,
+        ge=defaults.REPEAT_PENALTY_RANGE[0],
+        le=defaults.REPEAT_PENALTY_RANGE[1],
+        description=f"extension (llama.cpp's); 1 = off; default {defaults.REPEAT_PENALTY}",
     )
     repeat_last_n: int | None = Field(
         None,
