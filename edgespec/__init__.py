@@ -20,9 +20,11 @@ from .core.events import Result, Segment, Stats, StreamEvent, TokenLogprob
 from .core.info import EngineInfo, GpuOffload, PairVerdict
 from .core.model import Model, TextModel
 from .core.sampling import SamplingParams
+from .core.tools import CallParser, ToolCall, ToolSet
 
 __all__ = [
     "BusyError",
+    "CallParser",
     "ContextFullError",
     "EdgespecError",
     "Engine",
@@ -41,6 +43,8 @@ __all__ = [
     "StreamEvent",
     "TextModel",
     "TokenLogprob",
+    "ToolCall",
+    "ToolSet",
     "defaults",
 ]
 __version__ = "0.1.0"

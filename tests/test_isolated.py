@@ -55,6 +55,12 @@ def test_answers_and_facts_are_those_of_the_same_engine_in_process() -> None:
         assert engine.chat_text([{"role": "user", "content": "t5"}]) == reference.chat_text(
             [{"role": "user", "content": "t5"}]
         )
+        tool = {"type": "function", "function": {"name": "f", "description": "t8"}}
+        tools = engine.tools([tool], "required")
+        assert tools == reference.tools([tool], "required") and tools is not None
+        messages = [{"role": "user", "content": "t5"}]
+        assert engine.chat_text(messages, tools=tools) == reference.chat_text(messages, tools=tools)
+        assert engine.tokenize(messages, tools=tools) == reference.tokenize(messages, tools=tools)
         engine.reset()
     assert engine.state == "closed"
 

@@ -121,9 +121,8 @@ def test_a_bad_response_format_is_a_400_before_generating(url: str, response_for
     ("extra", "param", "says"),
     [
         ({"n": 2}, "n", "one choice per request"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "does not call tools"),
-        ({"tool_choice": "required"}, "tool_choice", "does not call tools"),
-        ({"functions": [{"name": "f"}]}, "functions", "does not call tools"),
+        ({"functions": [{"name": "f"}]}, "functions", "legacy form of tools"),
+        ({"function_call": "f"}, "function_call", "legacy form of tool_choice"),
         ({"modalities": ["text", "audio"]}, "modalities", "text only"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "text only"),
         ({"web_search_options": {}}, "web_search_options", "web"),

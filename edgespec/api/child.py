@@ -36,7 +36,7 @@ from ..llama.loading import LoadOptions, load_pair
 from .engine import Engine
 
 log = logging.getLogger("edgespec.child")
-CALLS = ("tokenize", "chat_text", "piece", "reset")  # what the parent may call by name
+CALLS = ("tokenize", "chat_text", "tools", "piece", "reset")  # what the parent may call by name
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,16 @@ from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
+from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
 from .checks import check_k, check_params
 from .generation import Generation
+from .prompts import Prompt, Prompts
 
 log = logging.getLogger("edgespec")
 LOCK_WAIT_S = 30.0
 TEMPERATURES_KEPT = 8  # adaptive controllers kept, one per temperature (least recently used goes)
-
-Prompt = str | Sequence[dict] | Sequence[int]
 
 
 class Engine:
@@ -88,7 +88,7 @@ class Engine:
         template = target.chat_template()
         if template is None:
             self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
-        self._template = template or templates.FALLBACK_TEMPLATE
+        self._prompts = Prompts(target, template or templates.FALLBACK_TEMPLATE)
         for w in self.warnings:
             log.warning("%s", w)
 
@@ -188,37 +188,23 @@ class Engine:
         """A draft model, prompt lookup, or both."""
         return self.draft is not None or self.lookup
 
-    def tokenize(self, prompt: Prompt, *, raw: bool = False) -> list[int]:
-        if isinstance(prompt, str):
-            if raw:
-                return self.target.tokenize(prompt, add_special=True, parse_special=True)
-            return self._chat_tokens([{"role": "user", "content": prompt}])
-        items: list[Any] = list(prompt)
-        if not items:
-            raise EdgespecError("the prompt is empty; give at least one message or token")
-        if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
-            ids = [int(t) for t in items]
-            bad = [t for t in ids if not 0 <= t < self.target.n_vocab]
-            if bad:
-                raise EdgespecError(f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})")
-            return ids
-        return self._chat_tokens(templates.check_messages(items))
+    def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
+        """A string (a user message, or with `raw` text as is), messages or token ids as tokens."""
+        return self._prompts.tokenize(prompt, raw=raw, tools=tools)
+
+    def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
+        """The prompt text the chat template makes of `messages` (what gets tokenized)."""
+        return self._prompts.chat_text(messages, tools=tools)
+
+    def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
+        """A checked `ToolSet` for `stream(tools=...)` from OpenAI's `tools` and `tool_choice`
+        ("auto", "none", "required" or {"type": "function", "function": {"name": ...}});
+        None when no tool may be called. `parallel=True`: several calls in one answer."""
+        return self._prompts.tools(tools, tool_choice, parallel=parallel)
 
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for."""
         return self.target.piece(token)
-
-    def chat_text(self, messages: Sequence[dict]) -> str:
-        """The prompt text the chat template makes of `messages` (what gets tokenized)."""
-        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
-        eos = self.target.token_text(self.target.eos_id) if self.target.eos_id >= 0 else ""
-        return templates.render(self._template, templates.check_messages(messages), bos_token=bos, eos_token=eos)
-
-    def _chat_tokens(self, messages: list[templates.Message]) -> list[int]:
-        text = self.chat_text(messages)
-        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
-        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
-        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
 
     def reset(self) -> None:
         """Empty both KV caches (the next request prefills from scratch, as in a fresh process)."""
@@ -254,11 +240,17 @@ class Engine:
         logprobs: int | None = None,
         json_schema: Any = None,
         grammar: str | None = None,
+        tools: ToolSet | None = None,
     ) -> Generation:
         """Start a generation; iterate the returned handle for events, `cancel()` it to stop.
         `logprobs=N`: each event carries the target's log probability of its tokens and of
         the N most likely alternatives (0..20; None: none, and no cost). `json_schema` (a
-        dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output."""
+        dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output.
+        `tools` (from `Engine.tools`) offers functions: `tools.parser()` reads the calls."""
+        if tools is not None:
+            if json_schema or grammar:
+                raise EdgespecError("tools cannot be combined with a JSON schema or a grammar")
+            grammar = tools.grammar()
         compiled = compile_grammar(json_schema=json_schema, lark=grammar) if json_schema or grammar else None
         pen = make_penalties(
             presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
@@ -267,7 +259,7 @@ class Engine:
         check_params(params, max_tokens, k)
         if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
             raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
-        tokens = self.tokenize(prompt, raw=raw)
+        tokens = self.tokenize(prompt, raw=raw, tools=tools)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         spec = speculative and self.can_speculate
         matcher = self._grammar(compiled) if compiled is not None else None
@@ -378,7 +370,8 @@ class Engine:
             self._lock.release()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
-        """Run a whole generation (`stream`'s options) and return its text, tokens and stats."""
+        """Run a whole generation (`stream`'s options) and return its text, tokens and stats
+        (with `tools`: the calls in `tool_calls`, the rest of the answer in `text`)."""
         parts: list[str] = []
         tokens: list[int] = []
         event = None
@@ -387,7 +380,12 @@ class Engine:
                 parts.append(event.text)
                 tokens.extend(event.tokens)
         assert event is not None and event.finish_reason is not None
-        return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
+        text, finish, calls = "".join(parts), event.finish_reason, []
+        tools = options.get("tools")
+        if tools is not None:
+            content, calls = tools.split(text)
+            text, finish = content or "", "tool_calls" if calls and finish == "stop" else finish
+        return Result(text, tokens, finish, event.stats, list(self.warnings), calls)
 
 
 # Set by edgespec.api.isolated, which the package always imports: it subclasses Engine, so

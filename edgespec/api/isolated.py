@@ -41,6 +41,7 @@ from ..core.errors import EdgespecError, EngineCrashed
 from ..core.events import Stats, StreamEvent
 from ..core.info import EngineInfo
 from ..core.sampling import SamplingParams
+from ..core.tools import ToolSet
 from ..llama.loading import LoadOptions
 from . import engine as _engine
 from .checks import check_params
@@ -122,8 +123,8 @@ class IsolatedEngine(Engine):
 
     def child_died(self, child: ChildProcess, cause: str) -> None:
         """Runs on the dead child's reader thread: start a new child, a few times at most."""
-        if self._closed or child is not self._child:
-            return
+        if self._closed or child is not getattr(self, "_child", None):
+            return  # a death while loading is _start's to report
         self._state = "restarting"
         log.error("the engine process died (%s); restarting it", cause)
         for attempt in range(self._restarts):
@@ -207,15 +208,18 @@ class IsolatedEngine(Engine):
     def can_speculate(self) -> bool:
         return bool(self._has_draft or self.lookup)
 
-    def tokenize(self, prompt: Prompt, *, raw: bool = False) -> list[int]:
+    def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
         sent = prompt if isinstance(prompt, str) else list(prompt)  # any sequence crosses as a list
-        return self._call("tokenize", sent, raw=raw)  # type: ignore[no-any-return]
+        return self._call("tokenize", sent, raw=raw, tools=tools)  # type: ignore[no-any-return]
+
+    def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
+        return self._call("tools", tools, tool_choice, parallel=parallel)  # type: ignore[no-any-return]
 
     def piece(self, token: int) -> bytes:
         return self._call("piece", token)  # type: ignore[no-any-return]
 
-    def chat_text(self, messages: Sequence[dict]) -> str:
-        return self._call("chat_text", list(messages))  # type: ignore[no-any-return]
+    def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
+        return self._call("chat_text", list(messages), tools=tools)  # type: ignore[no-any-return]
 
     def reset(self) -> None:
         with self._hold():
@@ -230,7 +234,7 @@ class IsolatedEngine(Engine):
         raw = opts.pop("raw")
         params = SamplingParams(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
         check_params(params, opts["max_tokens"], opts["k"])
-        tokens = self.tokenize(prompt, raw=raw)
+        tokens = self.tokenize(prompt, raw=raw, tools=opts["tools"])
         return _Remote(self, tokens, opts)
 
     def _run_remote(self, gen: _Remote, tokens: list[int], options: dict[str, Any]) -> Iterator[StreamEvent]:

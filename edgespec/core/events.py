@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from .tools import ToolCall
+
 
 class Segment(NamedTuple):
     """A piece of a step's text and where its tokens came from: "draft" (a draft model's
@@ -108,8 +110,9 @@ class StreamEvent:
 
 @dataclass(frozen=True)
 class Result:
-    text: str
+    text: str  # with tools: the answer without its calls
     tokens: list[int]
-    finish_reason: str
+    finish_reason: str  # "tool_calls" when the model called tools
     stats: Stats
     warnings: list[str]
+    tool_calls: list[ToolCall] = field(default_factory=list)

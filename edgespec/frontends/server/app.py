@@ -30,9 +30,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, defaults
+from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, ToolSet, defaults
 
-from .fields import ChatRequest, CompletionRequest, Sampling, explain, message_text
+from .fields import ChatRequest, CompletionRequest, Sampling, explain
 from .guard import Guard, allowed_host_names, check_bind, error_body
 from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
 from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
@@ -132,13 +132,13 @@ def create_app(
 
     @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
-        # "developer" is OpenAI's newer name for "system", which chat templates know
-        messages = [
-            {"role": "system" if m.role == "developer" else m.role, "content": message_text(m.content)}
-            for m in body.messages
-        ]
+        messages = [m.for_template() for m in body.messages]
+        tools = engine.tools(body.tools, body.tool_choice, parallel=body.parallel_tool_calls is True)
+        if tools is not None and body.response_format and body.engine_json_schema() is not None:
+            raise EdgespecError("tools cannot be combined with a JSON response_format; send one of them")
+        fmt = ChatFormat(engine.name, engine.piece, tools)
         limit = min(body.max_completion_tokens or body.max_tokens or options["max_tokens"], max_tokens_cap)
-        return await _complete(queue, request, body, ChatFormat(engine.name, engine.piece), messages, limit, options)
+        return await _complete(queue, request, body, fmt, messages, limit, options)
 
     @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -186,9 +186,9 @@ def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
         )
 
 
-def _prompt_tokens(engine: Engine, prompt: Any, raw: bool) -> list[int]:
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None) -> list[int]:
     """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
-    tokens = engine.tokenize(prompt, raw=raw)
+    tokens = engine.tokenize(prompt, raw=raw, tools=tools)
     if len(tokens) >= engine.n_ctx:
         raise ContextFullError(
             f"the prompt is {len(tokens)} tokens but the context holds {engine.n_ctx}; "
@@ -209,9 +209,12 @@ async def _complete(
     engine = queue.engine
     opts = _engine_options(body, max_tokens, options, engine.n_ctx)
     raw = isinstance(fmt, TextFormat)
+    tools = fmt.tools if isinstance(fmt, ChatFormat) else None
+    if tools is not None:
+        opts["tools"] = tools
     queue.check_room()  # a 503 costs no tokenizing
     _check_prompt_size(prompt, engine.n_ctx)
-    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw))
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools))
     job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
@@ -254,8 +257,8 @@ class _EventStream(StreamingResponse):
 async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
     yield sse_data(fmt.chunk(None, None, first=True))
     while True:
-        if event.text or event.logprobs:  # (tokens whose text is held back still carry their logprobs)
-            yield sse_data(fmt.chunk(event.text, None, lps=event.logprobs))
+        for chunk in fmt.chunks(event):
+            yield sse_data(chunk)
         if event.finish_reason is not None:
             yield sse_data(fmt.chunk(None, event))
             break

@@ -4,8 +4,8 @@ A field is either honoured, an extension (top_k, min_p, repeat_penalty,
 repeat_last_n, speculative, k), accepted with no effect (model, user,
 metadata: they change nothing about the answer), or refused with a 400 that
 says why: a field whose value would change the answer in a way the server
-cannot (images, n > 1, tools, response_format, audio, web search, echo,
-best_of, suffix) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
+cannot (images, n > 1, audio, web search, echo, best_of, suffix, the legacy
+`functions`) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
 expect. `reject` is how a check here words its own 400; wrong types fail
 pydantic's validation (the app answers both in OpenAI's error shape).
 """
@@ -138,6 +138,19 @@ class TextPart(BaseModel):
     text: str = ""
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(max_length=64)
+    arguments: str = "{}"  # JSON text, as OpenAI sends it
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -156,13 +169,27 @@ class ChatMessage(BaseModel):
                 reject("images are not supported: the server runs a text-only model; send text parts", "messages")
             if isinstance(kind, str) and kind != "text":
                 reject(f"content parts of type '{kind}' are not supported; send text parts", "messages")
-        for name in ("tool_calls", "function_call"):
-            if data.get(name):
-                reject(f"'{name}' in a message is not supported: the server does not call tools", "messages")
+        if data.get("function_call"):
+            reject("'function_call' in a message is the legacy form: send 'tool_calls'", "messages")
         return data
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(None, description="an assistant's calls, in the history")
+    tool_call_id: str | None = Field(None, description="in a tool message: the call it answers")
+    name: str | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the engine takes it ("developer" is OpenAI's newer name for "system",
+        which chat templates know)."""
+        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role}
+        out["content"] = message_text(self.content)
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        for key in ("tool_call_id", "name"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
 
 class ChatRequest(Sampling):
@@ -171,10 +198,13 @@ class ChatRequest(Sampling):
     response_format: dict[str, Any] | None = Field(
         None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}}'
     )
-    tools: list[Any] | None = Field(None, description="not supported (only empty)")
-    tool_choice: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without tools')
-    functions: list[Any] | None = Field(None, description="not supported (only empty)")
-    function_call: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without functions')
+    tools: list[dict[str, Any]] | None = Field(None, description='[{"type": "function", "function": {...}}]')
+    tool_choice: str | dict[str, Any] | None = Field(
+        None, description='"auto" (default), "none", "required" or {"type": "function", "function": {"name": ...}}'
+    )
+    parallel_tool_calls: bool | None = Field(None, description="true: several calls per answer (default false)")
+    functions: list[Any] | None = Field(None, description="legacy: send tools")
+    function_call: str | dict[str, Any] | None = Field(None, description="legacy: send tool_choice")
     logprobs: bool | None = Field(None, description="the log probability of each token of the answer")
     top_logprobs: int | None = Field(
         None, ge=0, le=defaults.TOP_LOGPROBS_LIMIT, description="alternatives per token (with logprobs)"
@@ -186,12 +216,10 @@ class ChatRequest(Sampling):
     @model_validator(mode="after")
     def _chat_honourable(self) -> ChatRequest:
         self.engine_json_schema()  # a malformed response_format is a 400 before the queue
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                _unsupported(name, "the server does not call tools yet")
-        for name in ("tool_choice", "function_call"):
-            if getattr(self, name) not in (None, "none", "auto"):
-                _unsupported(name, "the server does not call tools yet")
+        if self.functions:
+            _unsupported("functions", "it is the legacy form of tools; send tools")
+        if self.function_call not in (None, "none", "auto"):
+            _unsupported("function_call", "it is the legacy form of tool_choice; send tool_choice")
         if self.top_logprobs and not self.logprobs:
             reject("top_logprobs needs logprobs: true", "top_logprobs")
         if self.modalities and set(self.modalities) != {"text"} or self.audio is not None:

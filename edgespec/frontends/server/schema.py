@@ -5,8 +5,10 @@ objects, plus `speculation` (draft_n, draft_n_accepted, steps, acceptance, ...)
 next to `usage`; a stream carries both in its last chunk. Log probabilities, when
 asked, are in OpenAI's shapes: `{"content": [{token, logprob, bytes,
 top_logprobs}]}` for chat, `{tokens, token_logprobs, top_logprobs, text_offset}`
-for completions; a chunk carries those of its own tokens. The request models are
-in fields.py.
+for completions; a chunk carries those of its own tokens. With tools, the answer
+goes through the tool-call parser: calls come out as `message.tool_calls` (a
+stream sends each as OpenAI does, a delta with its id and name, then one with its
+arguments) with finish_reason "tool_calls". The request models are in fields.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from edgespec import StreamEvent, TokenLogprob
+from edgespec import CallParser, StreamEvent, TokenLogprob, ToolCall, ToolSet
 
 LOGPROB_FLOOR = -9999.0  # what OpenAI reports for a token of probability 0 (JSON has no -inf)
 
@@ -114,9 +116,24 @@ class Format:
     ) -> dict[str, Any]:
         raise NotImplementedError
 
+    def chunks(self, event: StreamEvent) -> list[dict[str, Any]]:
+        """The stream chunks for one event's text and log probabilities (not its end)."""
+        if event.text or event.logprobs:  # (tokens whose text is held back still carry their logprobs)
+            return [self.chunk(event.text, None, lps=event.logprobs)]
+        return []
+
 
 class ChatFormat(Format):
     prefix = "chatcmpl"
+
+    def __init__(self, model: str, piece: Callable[[int], bytes] = lambda t: b"", tools: ToolSet | None = None):
+        super().__init__(model, piece)
+        self.tools = tools
+        self._parser: CallParser | None = tools.parser() if tools is not None else None
+        self._n_calls = 0
+
+    def _finish(self, event: StreamEvent, called: bool) -> str | None:
+        return "tool_calls" if called and event.finish_reason == "stop" else event.finish_reason
 
     def logprobs(self, lps: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
         if lps is None:
@@ -127,11 +144,17 @@ class ChatFormat(Format):
         return {"content": content, "refusal": None}
 
     def whole(self, text: str, event: StreamEvent, lps: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        calls: list[ToolCall] = []
+        if self.tools is not None:
+            message["content"], calls = self.tools.split(text)
+            if calls:
+                message["tool_calls"] = [c.openai() for c in calls]
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": self.logprobs(lps),
-            "finish_reason": event.finish_reason,
+            "finish_reason": self._finish(event, bool(calls)),
         }
         return {**self._head("chat.completion"), "choices": [choice], **self._tail(event)}
 
@@ -147,10 +170,42 @@ class ChatFormat(Format):
             "index": 0,
             "delta": delta,
             "logprobs": self.logprobs(lps),
-            "finish_reason": final.finish_reason if final else None,
+            "finish_reason": self._finish(final, self._n_calls > 0) if final else None,
         }
         out = {**self._head("chat.completion.chunk"), "choices": [choice]}
         return {**out, **self._tail(final)} if final else out
+
+    def chunks(self, event: StreamEvent) -> list[dict[str, Any]]:
+        if self._parser is None:
+            return super().chunks(event)
+        pieces = self._parser.feed(event.text)
+        if event.finish_reason is not None:
+            pieces += self._parser.finish()
+        out: list[dict[str, Any]] = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                out.append(self.chunk(piece, None))
+            else:
+                out += self._call_chunks(piece)
+        if event.logprobs:  # the tokens' log probabilities ride on the first chunk of their event
+            if not out:
+                out.append(self.chunk(None, None))
+            out[0]["choices"][0]["logprobs"] = self.logprobs(event.logprobs)
+        return out
+
+    def _call_chunks(self, call: ToolCall) -> list[dict[str, Any]]:
+        """A call as OpenAI streams one: its id, type and name (arguments ""), then the arguments."""
+        index, self._n_calls = self._n_calls, self._n_calls + 1
+        head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        out = []
+        for delta in (
+            {"tool_calls": [head]},
+            {"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]},
+        ):
+            chunk = self.chunk(None, None)
+            chunk["choices"][0]["delta"] = delta
+            out.append(chunk)
+        return out
 
 
 class TextFormat(Format):
