@@ -14,6 +14,7 @@ the one module that imports llama_cpp, GGUF reading, pair checks, models),
 from .api.engine import Engine, Prompt
 from .api.generation import Generation
 from .api.isolated import IsolatedEngine
+from .api.rpc import serve_rpc, served_devices
 from .core import defaults
 from .core.errors import BusyError, ContextFullError, EdgespecError, EngineCrashed
 from .core.events import Result, Segment, Stats, StreamEvent, TokenLogprob
@@ -46,5 +47,7 @@ __all__ = [
     "ToolCall",
     "ToolSet",
     "defaults",
+    "serve_rpc",
+    "served_devices",
 ]
 __version__ = "0.1.0"

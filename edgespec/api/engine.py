@@ -38,6 +38,7 @@ from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
+from ..llama.rpc import parse_endpoints
 from .checks import check_k, check_params
 from .generation import Generation
 from .prompts import Prompt, Prompts
@@ -108,11 +109,14 @@ class Engine:
         name: str | None = None,
         lookup: bool = True,
         isolated: bool = False,
+        rpc: str | Sequence[str] = (),
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
         `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
-        `isolated=True`: the models run in a child process that restarts after a crash."""
-        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup)
+        `isolated=True`: the models run in a child process that restarts after a crash.
+        `rpc="host:port,..."`: the target's layers go to those rpc-servers."""
+        rpc = parse_endpoints(rpc) if rpc else ()
+        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup, rpc)
         if isolated:
             return _isolated(target, draft, options)
         return cls._from_loaded(load_pair(target, draft, options))
@@ -155,9 +159,7 @@ class Engine:
         with self._hold():
             self._closed = True
             for m in (self.draft, self.target):
-                close = getattr(m, "close", None)
-                if close is not None:
-                    close()
+                getattr(m, "close", lambda: None)()
 
     def __enter__(self) -> Engine:
         return self
@@ -381,10 +383,8 @@ class Engine:
                 tokens.extend(event.tokens)
         assert event is not None and event.finish_reason is not None
         text, finish, calls = "".join(parts), event.finish_reason, []
-        tools = options.get("tools")
-        if tools is not None:
-            content, calls = tools.split(text)
-            text, finish = content or "", "tool_calls" if calls and finish == "stop" else finish
+        if options.get("tools") is not None:
+            text, finish, calls = options["tools"].answer(text, finish)
         return Result(text, tokens, finish, event.stats, list(self.warnings), calls)
 
 

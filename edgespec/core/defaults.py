@@ -46,3 +46,6 @@ PENALTIES = {
     "repeat_penalty": REPEAT_PENALTY,
     "repeat_last_n": REPEAT_LAST_N,
 }
+
+RPC_PORT = 50052  # llama.cpp rpc-server's port
+RPC_HOST = "127.0.0.1"  # loopback: rpc-server has no authentication

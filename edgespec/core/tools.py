@@ -147,6 +147,11 @@ class ToolSet:
             return (content.strip() or None), calls
         return content, []
 
+    def answer(self, text: str, finish_reason: str) -> tuple[str, str, list[ToolCall]]:
+        """A whole answer's (content, finish_reason, calls) as OpenAI reports them."""
+        content, calls = self.split(text)
+        return content or "", "tool_calls" if calls and finish_reason == "stop" else finish_reason, calls
+
 
 def _lark(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -28,6 +28,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
     g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers to offload")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    g.add_argument(
+        "--rpc",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="place the target's layers on these rpc-servers (`edgespec rpc-server` there); the draft stays here",
+    )
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
@@ -113,6 +119,7 @@ def engine_from_args(
             k=args.k,
             lookup=not args.no_lookup,
             isolated=isolated,
+            rpc=args.rpc or (),
         )
     return Engine.from_pair(
         args.pair or "demo",
@@ -126,6 +133,7 @@ def engine_from_args(
         threads=args.threads,
         k=args.k,
         lookup=False if args.no_lookup else None,
+        rpc=args.rpc,
     )
 
 
