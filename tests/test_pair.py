@@ -16,6 +16,7 @@ from edgespec.llama.pair import (
     check_tokenizers,
     kv_cache_bytes,
     memory_preflight,
+    remote_memory_check,
     pair_verdict,
     quantization_report,
     quantization_warnings,
@@ -164,6 +165,16 @@ def test_gpu_offload_takes_weights_and_cache_off_the_host(make: MakeInfo) -> Non
     )
     assert offloaded.target_weights == offloaded.target_kv == offloaded.draft_kv == 0
     assert offloaded.total == host.compute < host.total
+
+
+def test_rpc_servers_must_hold_the_offloaded_target(make: MakeInfo) -> None:
+    target = make(n_layer=2)
+    need = remote_memory_check(target, 4096, 99, {"a:1": GIB})
+    assert need == target.file_size + kv_cache_bytes(target, 4096)
+    assert remote_memory_check(target, 4096, 1, {"a:1": GIB}) == need // 3  # 1 of 3 layers remote
+    with pytest.raises(MemoryPreflightError) as err:
+        remote_memory_check(target, 4096, 99, {"a:1": need // 2, "b:2": need // 3})
+    assert "a:1: " in str(err.value) and "b:2: " in str(err.value) and "add a server" in str(err.value)
 
 
 def test_memory_preflight_reads_available_memory_by_default(make: MakeInfo) -> None:

@@ -122,7 +122,7 @@ def test_the_generic_layout_describes_tools_in_the_system_message_and_writes_the
 
 def grammar(tools: object, choice: object, template: str = CHATML, parallel: bool = False) -> Grammar:
     toolset = make_toolset(tools, choice, template, parallel=parallel)
-    assert toolset is not None
+    assert toolset is not None and toolset.grammar() is not None
     return Grammar(tokenizer(), compile_grammar(lark=toolset.grammar()), 257)
 
 
@@ -171,6 +171,8 @@ def test_llama3_calls_are_bare_json_with_parameters() -> None:
     g = grammar([WEATHER], "required", LLAMA3)
     call = '{"name":"get_weather","parameters":{"city":"Oslo","unit":"f"}}'
     assert g.valid_prefix(ids(call)) == len(call)
+    auto = make_toolset([WEATHER], "auto", LLAMA3)
+    assert auto is not None and auto.grammar() is None  # parsed only: no trigger to constrain on
 
 
 def feed_by_char(parser: CallParser, text: str) -> list[str | ToolCall]:

@@ -103,8 +103,9 @@ class ToolSet:
             return [{**out[0], "content": f"{out[0]['content']}\n\n{text}"}, *out[1:]]
         return [{"role": "system", "content": text}, *out]
 
-    def grammar(self) -> str:
-        """Lark for llguidance: calls forced (`required`, a name) or constrained once begun (`auto`)."""
+    def grammar(self) -> str | None:
+        """Lark for llguidance: calls forced (`required`, a name) or constrained once begun
+        (`auto`); None for Llama 3.x's `auto`, whose bare JSON calls have no trigger to wait for."""
         chosen = [f for f in self.functions if self.choice in ("auto", "required", f.name)]
         key = "parameters" if self.layout == "llama3" else "arguments"
         options = [
@@ -118,9 +119,7 @@ class ToolSet:
         ]
         call = "%json " + json.dumps({"anyOf": options, "x-guidance": _NO_SPACES})
         if self.layout == "llama3":
-            if self.choice == "auto":  # a bare JSON object has no trigger to be lazy on
-                return "start: TEXT\nTEXT: /(.|\\n)*/\n"
-            return f"start: {call}\n"
+            return None if self.choice == "auto" else f"start: {call}\n"
         block = f'"{_lark(OPEN)}\\n" {call} "\\n{_lark(CLOSE)}"'
         if self.choice != "auto":
             more = ' ("\\n" block)*' if self.parallel else ""

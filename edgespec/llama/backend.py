@@ -72,7 +72,7 @@ def gpu_fallback_warning(n_gpu_layers: int) -> str | None:
     _gpu_warned = True
     return (
         "this llama-cpp-python build has no GPU offload, running on the CPU; rebuild it with "
-        "CMAKE_ARGS='-DGGML_CUDA=on' (NVIDIA) or '-DGGML_METAL=on' (Apple): "
+        "CMAKE_ARGS='-DGGML_CUDA=on -DGGML_RPC=ON' (NVIDIA) or '-DGGML_METAL=on -DGGML_RPC=ON' (Apple): "
         "CMAKE_ARGS=... pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36"
     )
 
