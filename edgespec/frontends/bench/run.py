@@ -27,6 +27,8 @@ from typing import Any
 
 from edgespec import EdgespecError, Engine
 
+from .simulate import MACHINES, PROFILES
+
 PROMPTS = {
     "code": "Write a Python function that parses a CSV file and returns the average of each numeric column.",
     "story": "Write a short story about a robot who learns to paint.",
@@ -44,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench-out")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed K values for edgespec")
+    p.add_argument("--ks", default=None, help="fixed K values for edgespec (default 0..8; simulated: 0..16)")
     p.add_argument("--temps", default="0,0.8")
     p.add_argument("--prompts", default=",".join(PROMPTS))
     p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values")
@@ -55,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-native", action="store_true", help="skip llama.cpp's own binaries")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--simulate", action="store_true", help="simulated machines instead of models (no llama.cpp)")
+    p.add_argument("--machines", default=",".join(m.name for m in MACHINES), help="--simulate: machines, or seedN")
+    p.add_argument("--profiles", default=",".join(PROFILES), help="--simulate: acceptance profiles")
     p.set_defaults(func=cmd_bench)
 
 
@@ -211,6 +216,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .report import write_reports
 
     setup_logging(args.verbose)
+    if args.simulate:
+        from .sim_bench import cmd_simulate
+
+        return cmd_simulate(args)
+    args.ks = args.ks or "0,1,2,3,4,5,6,7,8"
     cfg = load_config(args.config)
     _check_args(args, cfg)
     target, draft = prepare_pair(cfg, args.pair)
