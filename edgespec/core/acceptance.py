@@ -5,8 +5,8 @@ the ones before it were: decayed counts (DECAY per drafting step), each position
 rate shrunk towards the pooled one (far positions are tried less often). Steady text
 then gets a long, precise memory; a turn of the text (prose to code and back) is
 caught by a test rather than by forgetting fast: when the acceptance of the last one
-to CHANGE_WINDOW steps is implausible under the current estimate (a binomial tail
-below CHANGE_LEVEL), the evidence before them is scaled down to the weight of one
+to CHANGE_WINDOW steps is implausible under the current estimate (a bound on its
+binomial tail below CHANGE_LEVEL), the evidence before them is scaled down to the weight of one
 token, so the estimate jumps to the new text at once instead of drifting
 there over dozens of steps.
 
@@ -17,23 +17,25 @@ behind the in-step stop rule. Pure: no model, no clock, no I/O.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 
 DECAY = 0.98  # per drafting step: ~50 steps of memory, enough for a rate within a few % on steady text
 SHRINK = 4.0  # pseudo-counts pulling a per-position or per-bucket rate towards the pooled one
-CHANGE_WINDOW = 4  # steps a turn of the text must show in: "within a few steps"
+CHANGE_WINDOW = 8  # steps a turn may take to show: enough tokens tried even when few are accepted
 CHANGE_LEVEL = 1e-3  # a false alarm about once in a thousand steps on steady text
 SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a drafted token
 
 
 def binomial_tail(n: int, x: int, p: float) -> float:
-    """The probability of a count as far from n * p as x is, on x's side (one-sided)."""
+    """A bound on the probability of a count as far from n * p as x is, on x's side:
+    exp(-n KL(x/n || p)) (Chernoff; exact when x is 0 or n, a little above the tail else)."""
+    if n == 0:
+        return 1.0
     p = min(max(p, 1e-6), 1 - 1e-6)
-    terms, t, ratio = [], (1 - p) ** n, p / (1 - p)
-    for j in range(n + 1):
-        terms.append(t)
-        t *= (n - j) / (j + 1) * ratio
-    return sum(terms[: x + 1]) if x <= n * p else sum(terms[x:])
+    q = x / n
+    kl = (q * math.log(q / p) if q > 0 else 0.0) + ((1 - q) * math.log((1 - q) / (1 - p)) if q < 1 else 0.0)
+    return math.exp(-n * kl)
 
 
 class Acceptance:

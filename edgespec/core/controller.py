@@ -1,6 +1,6 @@
 """Choosing K, the number of draft tokens per step.
 
-A controller has two methods: `plan(lag)` before a step, which returns a
+A controller has two methods: `plan(lag, proposal)` before a step, which returns a
 `Plan` (the K to draft, the in-step stop threshold, whether to measure the
 draft's confidence), and `observe(outcome)` after it (the shape of
 transformers' CandidateGenerator). `FixedK` always plans the same K; K = 0 is
@@ -13,30 +13,29 @@ this machine (DESIGN.md, "The K controller"):
                                                        given the earlier ones were accepted)
     speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
 
-Measured on real machines the step time is close to linear in K, with a fixed
-part larger than one plain step (switching between two models' weights costs
-cache), so the controller fits T(K) = fixed + K * per_token to the medians of
-recent whole-step times for each K it tried, with the fixed part held between
-one and SWITCH_MAX plain steps, and measures T(0) separately (`StepTimes`, one
-per engine: a new temperature starts with the machine's costs known); alpha_i
-are decayed counts, so the estimates follow the text as it changes.
+It assumes nothing about the machine. The denominator is T(K), the whole-step time
+measured per K (`StepTimes.curve`: a low quantile per K, made non-decreasing, a line
+between measured K, and past the largest measured K only the draft's own per-token
+cost: optimistic, so the controller steps one K further to measure it, never more on a
+guess). Any shape is learnt that way: a CPU's line, a GPU's flat-then-rising verify, a
+fixed cost for switching models. The K range is what the machine allows, up to k_max
+(defaults.K_MAX = 32). One `StepTimes` per engine: a new temperature starts with the
+machine's costs known. alpha_i (`Acceptance`) follow the text: a long memory on steady
+text, and a change test that jumps to a turned text within a few steps.
 
-Exploration: every `probe_every` steps it tries a neighbour of its best K, and
-every fourth of those a plain step, so T(0), the yardstick for every decision,
-stays fresh. When K = 0 wins it decodes plainly and probes a small K now and
-then to notice when acceptance recovers: less often each time plain still wins
-(up to RECOVER_MAX steps apart), soon again after a probe whose drafts were all
-accepted, and only when the draft is nearly in step: a probe after a long plain
-stretch first has to feed the draft every token it missed, so within one long
-request a due probe waits for the next request (which starts in step) or for
-OVERDUE_MAX more steps. Leaving plain decoding needs a predicted gain of
-LEAVE_PLAIN.
+Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
+fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
+When K = 0 wins it decodes plainly and probes K = 1 or 2 now and then to notice when
+the text turns: spaced so that probing costs PROBE_BUDGET of the time (a probe's loss
+is its step beyond the plain steps worth its expected tokens, plus the measured cost
+of feeding the draft the tokens it missed), and again at once after a probe whose
+drafts were all accepted. Leaving plain decoding needs a predicted gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
 (SURE_EDGES), and `stop_threshold` finds the buckets where "this token and the
-next both accepted" is worth less than one more draft token costs (the fitted
-per-token slope). The plan carries that threshold; the decoder stops drafting
+next both accepted" is worth less than one more draft token costs (the curve's
+local step per K). The plan carries that threshold; the decoder stops drafting
 after a token whose confidence is below it. A pair's fixed `p_min` is a floor
 under the same threshold (one rule, one meaning of "sure": the draft's
 probability of the token it drafted, untempered at temperature 0).
@@ -240,7 +239,8 @@ class AdaptiveK:
         best = self.best_k()
         warming = self.steps <= len(self._warmup)
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best)
-        stop_below = 0.0 if warming else self.stop_threshold(k)
+        # a probe (any K but the best) drafts all its tokens: it is there to measure that K
+        stop_below = self.stop_threshold(k) if k == best and not warming else 0.0
         plan = Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup(best))
         if warming or best < 0:
             return plan  # the model's costs are being measured

@@ -1,0 +1,81 @@
+"""The simulated machine (edgespec/frontends/bench/simulate.py) and the adaptive controller
+judged on it, through the real Engine and decoder, on machines it was not tuned on.
+
+HELD_OUT machines are drawn by `random_machine` from seeds that nothing was tuned on (the
+tuning table is simulate.MACHINES); the slow tests judge the controller there against
+every fixed K = 0..16. Timing is a real clock on a shared machine, so the bars here
+leave room for noise; `edgespec bench --simulate --machines seed1001,...` prints the
+figures themselves.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from edgespec import Engine
+from edgespec.core.controller import FixedK
+from edgespec.core.decoder import Decoder
+from edgespec.core.sampling import SamplingParams
+from edgespec.frontends.bench.sim_bench import PROMPT, speeds, summary
+from edgespec.frontends.bench.simulate import MACHINES, PROFILES, Curve, pair, random_machine, steady
+from tests.fakes import decode
+
+HELD_OUT = (1001, 1002, 1003, 1004)
+
+
+def test_an_eval_takes_the_time_its_curve_says() -> None:
+    m = MACHINES[3]  # GPU-like: flat up to 4 tokens
+    target, _ = pair(m, steady(0.9))
+    target.eval(PROMPT, 0)
+    for n, want in ((1, m.target(1)), (4, m.target(4)), (8, m.target(8))):
+        t0 = time.perf_counter()
+        target.eval(list(range(3, 3 + n)), len(target.kv), logits_from=0)
+        assert time.perf_counter() - t0 >= want
+    assert Curve(1.0, 4, 0.5)(4) == 1.0 and Curve(1.0, 4, 0.5)(6) == 2.0
+
+
+def test_the_draft_agrees_as_the_profile_says_and_its_confidence_hints_at_it() -> None:
+    target, draft = pair(MACHINES[0], steady(0.7))
+    world = target.world
+    agree, sure_when = [], {True: [], False: []}
+    for pos in range(20, 2020):
+        token, sure = world.draft_token(pos, pos % 50)
+        ok = token == world.target_token(pos, pos % 50)
+        agree.append(ok)
+        sure_when[ok].append(sure)
+    assert abs(np.mean(agree) - 0.7) < 0.04
+    assert np.mean(sure_when[True]) > np.mean(sure_when[False]) + 0.3
+
+
+@pytest.mark.parametrize("k", [1, 4, 12])
+def test_greedy_speculation_on_a_simulated_machine_is_plain_decoding(k: int) -> None:
+    greedy = SamplingParams(0.0)
+    target, _ = pair(MACHINES[0], PROFILES["switch-96"])
+    plain = [t for s in decode(Decoder(target), PROMPT, greedy, FixedK(0), max_tokens=60,
+                               rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
+    dec = Decoder(*pair(MACHINES[0], PROFILES["switch-96"]))
+    spec = [t for s in decode(dec, PROMPT, greedy, FixedK(k), max_tokens=60, rng=np.random.default_rng(0))
+            for t in s.tokens]  # fmt: skip
+    assert spec == plain
+
+
+def test_the_engine_runs_on_a_simulated_pair() -> None:
+    engine = Engine(*pair(MACHINES[4], steady(0.9)), lookup=False)
+    res = engine.generate(PROMPT, temperature=0.0, max_tokens=40)
+    assert len(res.tokens) == 40 and res.stats.n_accepted > 0
+
+
+def test_adaptive_is_near_the_best_fixed_k_on_one_held_out_machine() -> None:
+    row = speeds(random_machine(HELD_OUT[0]), steady(0.9), [0, 2, 4, 8, 12, 16], tokens=160, rounds=2)
+    assert summary(row)["vs_best"] >= 0.85, row  # loose: a short run on a shared, noisy machine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", HELD_OUT)
+@pytest.mark.parametrize("profile, bar", [("steady-0.9", 0.9), ("steady-0.6", 0.9), ("switch-96", 1.0)])
+def test_adaptive_against_every_fixed_k_on_held_out_machines(seed: int, profile: str, bar: float) -> None:
+    row = speeds(random_machine(seed), PROFILES[profile], range(17), tokens=256, rounds=2)
+    assert summary(row)["vs_best"] >= bar, row
