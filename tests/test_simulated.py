@@ -79,3 +79,12 @@ def test_adaptive_is_near_the_best_fixed_k_on_one_held_out_machine() -> None:
 def test_adaptive_against_every_fixed_k_on_held_out_machines(seed: int, profile: str, bar: float) -> None:
     row = speeds(random_machine(seed), PROFILES[profile], range(17), tokens=256, rounds=2)
     assert summary(row)["vs_best"] >= bar, row
+
+
+def test_bench_simulate_prints_the_table(capsys: pytest.CaptureFixture) -> None:
+    from edgespec.frontends.cli import main
+
+    args = ["bench", "--simulate", "--machines", "gpu-knee8,seed7", "--profiles", "steady-0.9"]
+    assert main([*args, "--ks", "0,4", "--tokens", "30", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| gpu-knee8 | steady-0.9 |" in out and "| seed7-" in out and "K=4" in out

@@ -47,11 +47,11 @@ class Acceptance:
         self.sure_accepted = [0.0] * (len(SURE_EDGES) + 1)
         self._window: deque[tuple[int, int, tuple[float, ...]]] = deque(maxlen=CHANGE_WINDOW)
         self.changes = 0  # turns of the text detected so far
+        self._n_tried = self._n_accepted = 0.0  # sums of tried and accepted, kept as they change
 
     def pooled(self) -> float:
         """Acceptance over all positions (the prior before any draft token was verified)."""
-        tried = sum(self.tried)
-        return sum(self.accepted) / tried if tried > 0 else self.prior
+        return self._n_accepted / self._n_tried if self._n_tried > 0 else self.prior
 
     def _shrunk(self, accepted: list[float], tried: list[float]) -> list[float]:
         pooled = self.pooled()
@@ -84,7 +84,7 @@ class Acceptance:
             # the text turned: what came before weighs as one drafted token (a guess to
             # start from, not evidence), and the steps since the turn count in full
             suffix = list(self._window)[-since:]
-            self._scale(1.0 / max(sum(self.tried), 1.0))
+            self._scale(1.0 / max(self._n_tried, 1.0))
             for st in suffix:
                 self._add(st)
             self._window = deque(suffix, maxlen=CHANGE_WINDOW)
@@ -99,8 +99,12 @@ class Acceptance:
         for i in range(min(n_tried, len(self.tried))):
             self.tried[i] += 1.0
             self.accepted[i] += i < n_accepted
+            self._n_tried += 1.0
+            self._n_accepted += i < n_accepted
 
     def _scale(self, d: float) -> None:
+        self._n_tried *= d
+        self._n_accepted *= d
         for xs in (self.tried, self.accepted, self.sure_tried, self.sure_accepted):
             for i in range(len(xs)):
                 xs[i] *= d
