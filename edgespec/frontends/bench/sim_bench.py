@@ -16,16 +16,23 @@ from collections.abc import Sequence
 
 from edgespec import Engine
 
-from .simulate import MACHINES, PROFILES, Machine, Profile, pair, random_machine
+from .simulate import MACHINES, PROFILES, Machine, Profile, VirtualClock, pair, random_machine
 
 PROMPT = [1, *range(10, 26)]
 
 
 def speeds(
-    machine: Machine, profile: Profile, ks: Sequence[int], *, tokens: int = 300, rounds: int = 2, seed: int = 0
+    machine: Machine,
+    profile: Profile,
+    ks: Sequence[int],
+    *,
+    tokens: int = 256,
+    rounds: int = 3,
+    seed: int = 0,
+    clock: VirtualClock | None = None,
 ) -> dict[str, float]:
     """Median tokens/s of each fixed K ("0".."16") and of "adaptive" on one machine."""
-    target, draft = pair(machine, profile, seed)
+    target, draft = pair(machine, profile, seed, clock)
     engine = Engine(target, draft, name=machine.name, lookup=False)
     runs: dict[str, list[float]] = {}
     for _ in range(rounds):

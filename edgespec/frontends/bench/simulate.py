@@ -107,11 +107,23 @@ def _unit(*xs: int) -> float:
     return (h >> 11) / float(1 << 53)
 
 
+class VirtualClock:
+    """Time that passes only while a simulated model evaluates: the controller's decisions
+    judged without the host's noise or the Python around them. A stand-in for the `time`
+    module (tests put it in place of the decoder's); the bench uses the real clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
 class World:
     """The text both models see, and the machine's clock (which model ran last)."""
 
-    def __init__(self, machine: Machine, profile: Profile, seed: int = 0) -> None:
-        self.machine, self.profile, self.seed = machine, profile, seed
+    def __init__(self, machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None) -> None:
+        self.machine, self.profile, self.seed, self.clock = machine, profile, seed, clock
         self.last: str | None = None
 
     def target_token(self, pos: int, prev: int) -> int:
@@ -133,6 +145,9 @@ class World:
         curve = self.machine.target if who == "target" else self.machine.draft
         cost = curve(n) + (self.machine.switch_s if self.last not in (None, who) else 0.0)
         self.last = who
+        if self.clock is not None:
+            self.clock.now += cost
+            return
         left = since + cost - time.perf_counter()
         if left > 0:
             time.sleep(left)
@@ -191,7 +206,9 @@ class SimModel:
         return "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
 
-def pair(machine: Machine, profile: Profile, seed: int = 0) -> tuple[SimModel, SimModel]:
+def pair(
+    machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None
+) -> tuple[SimModel, SimModel]:
     """(target, draft) on one simulated machine: `Engine(*pair(...), lookup=False)`."""
-    world = World(machine, profile, seed)
+    world = World(machine, profile, seed, clock)
     return SimModel(world, "target"), SimModel(world, "draft")
