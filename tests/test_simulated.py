@@ -110,9 +110,14 @@ def test_adaptive_against_every_fixed_k_on_all_held_out_machines(
 
 
 def test_bench_simulate_prints_the_table(capsys: pytest.CaptureFixture) -> None:
-    from edgespec.frontends.cli import main
+    import argparse
 
+    from edgespec.frontends.bench.run import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
     args = ["bench", "--simulate", "--machines", "gpu-knee8,seed7", "--profiles", "steady-0.9"]
-    assert main([*args, "--ks", "0,4", "--tokens", "30", "--repeats", "1"]) == 0
+    args = parser.parse_args([*args, "--ks", "0,4", "--tokens", "30", "--repeats", "1"])
+    assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "| gpu-knee8 | steady-0.9 |" in out and "| seed7-" in out and "K=4" in out
