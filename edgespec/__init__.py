@@ -13,21 +13,27 @@ the one module that imports llama_cpp, GGUF reading, pair checks, models),
 
 from .api.engine import Engine, Prompt
 from .api.generation import Generation
+from .api.isolated import IsolatedEngine
+from .api.rpc import serve_rpc, served_devices
 from .core import defaults
-from .core.errors import BusyError, ContextFullError, EdgespecError
-from .core.events import Result, Segment, Stats, StreamEvent
+from .core.errors import BusyError, ContextFullError, EdgespecError, EngineCrashed
+from .core.events import Result, Segment, Stats, StreamEvent, TokenLogprob
 from .core.info import EngineInfo, GpuOffload, PairVerdict
 from .core.model import Model, TextModel
 from .core.sampling import SamplingParams
+from .core.tools import CallParser, ToolCall, ToolSet
 
 __all__ = [
     "BusyError",
+    "CallParser",
     "ContextFullError",
     "EdgespecError",
     "Engine",
+    "EngineCrashed",
     "EngineInfo",
     "Generation",
     "GpuOffload",
+    "IsolatedEngine",
     "Model",
     "PairVerdict",
     "Prompt",
@@ -37,6 +43,11 @@ __all__ = [
     "Stats",
     "StreamEvent",
     "TextModel",
+    "TokenLogprob",
+    "ToolCall",
+    "ToolSet",
     "defaults",
+    "serve_rpc",
+    "served_devices",
 ]
 __version__ = "0.1.0"

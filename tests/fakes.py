@@ -10,14 +10,18 @@ Tokens map to text as "t<id> "; ids 0..2 are special (BOS=1, EOS=2).
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from edgespec.api.engine import Engine
 from edgespec.core.controller import Controller
 from edgespec.core.decoder import Decoder, Request, Step
+from edgespec.core.errors import EdgespecError
 from edgespec.core.sampling import SamplingParams
 
 
@@ -100,6 +104,45 @@ def make_engine(
     target = FakeModel(n_vocab, n_ctx=n_ctx, eos_bias=eos_bias)
     d = FakeModel(n_vocab, noise=noise, n_ctx=n_ctx, eos_bias=eos_bias) if draft else None
     return Engine(target, d, name="fake", **kw)  # type: ignore[arg-type]
+
+
+class SlowFake(FakeModel):
+    """A fake whose forward passes take `delay` s. From eval number `hang_at` on, each pass
+    takes an hour (native code that ignores a cancel); at eval number `abort_at` the whole
+    process aborts (a native crash)."""
+
+    def __init__(
+        self, *args: object, delay: float = 0.0, hang_at: int | None = None, abort_at: int | None = None, **kw: object
+    ) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.delay, self.hang_at, self.abort_at = delay, hang_at, abort_at
+
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
+        n = len(self.evals)
+        if self.abort_at is not None and n >= self.abort_at:
+            os.abort()
+        if self.hang_at is not None and n >= self.hang_at:
+            time.sleep(3600)
+        time.sleep(self.delay)
+        return super().eval(tokens, pos, logits_from)
+
+
+def make_slow_engine(
+    delay: float = 0.005,
+    *,
+    hang_at: int | None = None,
+    abort_at: int | None = None,
+    n_ctx: int = 4096,
+    once: str | None = None,
+) -> Engine:
+    """A fake pair for an isolated engine's child ("tests.fakes:make_slow_engine"). `once`: a
+    file path; the first load creates it, every later load fails (a restart that cannot work)."""
+    if once is not None:
+        if Path(once).exists():
+            raise EdgespecError("the models are gone (a test's doing)")
+        Path(once).touch()
+    target = SlowFake(64, n_ctx=n_ctx, delay=delay, hang_at=hang_at, abort_at=abort_at)
+    return Engine(target, FakeModel(64, noise=0.5, n_ctx=n_ctx), name="fake")
 
 
 def decode(

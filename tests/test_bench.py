@@ -20,7 +20,7 @@ def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: py
         pytest.skip("demo pair not prepared")
     out = tmp_path / "bench"
     args = ["bench", "--no-native", "--out", str(out), "--tokens", "12", "--repeats", "2", "--ks", "0,2"]
-    args += ["--temps", "0,0.8", "--prompts", "code", "--bad-pair", "", "--quant-drafts", ""]
+    args += ["--temps", "0,0.8", "--prompts", "code", "--bad-pair", "", "--quant-drafts", "", "--lookup-prompts", ""]
     assert main(args) == 0
     result = json.loads((out / "bench.json").read_text())
     assert [(c["prompt"], c["temperature"]) for c in result["cells"]] == [("code", 0.0), ("code", 0.8)]
@@ -41,6 +41,21 @@ def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: py
     assert "edgespec bench" in capsys.readouterr().out
 
 
+def test_bench_lookup_section_runs_every_column_and_reports_ratios(tmp_path: Path) -> None:
+    if demo_paths() is None:
+        pytest.skip("demo pair not prepared")
+    out = tmp_path / "bench"
+    args = ["bench", "--no-native", "--only-lookup", "--out", str(out), "--tokens", "24", "--repeats", "1"]
+    args += ["--temps", "0", "--lookup-prompts", "rename,prose"]
+    assert main(args) == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert [c["prompt"] for c in result["lookup"]] == ["rename", "prose"]
+    for cell in result["lookup"]:
+        assert all(cell[col] > 0 for col in ("plain", "draftless", "model", "hybrid"))
+    md = (out / "bench.md").read_text()
+    assert "## Prompt lookup" in md and "| rename | 0.0 |" in md and "draftless / edgespec plain" in md
+
+
 def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     if demo_paths() is None:
         pytest.skip("demo pair not prepared")
@@ -59,6 +74,7 @@ def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytes
         ("--temps", "-1", "--temps"),
         ("--bad-pair", "nope", "nope"),
         ("--tokens", "0", "--tokens"),
+        ("--lookup-prompts", "haiku", "haiku"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(option: str, value: str, words: str, capsys) -> None:

@@ -22,10 +22,10 @@ def test_argparse_the_server_the_chat_and_the_api_share_the_sampling_defaults() 
     args = p.parse_args([])
     stream = inspect.signature(Engine.stream).parameters
     chat = ChatOptions()
-    for name, value in {**defaults.SAMPLING, "max_tokens": defaults.MAX_TOKENS}.items():
+    for name, value in {**defaults.SAMPLING, **defaults.PENALTIES, "max_tokens": defaults.MAX_TOKENS}.items():
         assert getattr(args, name) == value, name
         assert SERVER_DEFAULTS[name] == value, name
-        assert getattr(chat, name) == value, name
+        assert getattr(chat, name) == (None if name == "max_tokens" else value), name  # a chat reply runs to its end
         assert stream[name].default == value, name
     for name, value in defaults.SAMPLING.items():
         assert getattr(SamplingParams(), name) == value
@@ -47,5 +47,6 @@ def test_the_readme_table_shows_the_defaults() -> None:
         "server keep alive s": str(defaults.KEEP_ALIVE_S),
         "server connections": str(defaults.MAX_CONNECTIONS),
         "prompt characters per context token": str(defaults.PROMPT_CHARS_PER_TOKEN),
+        **{k: str(v) for k, v in defaults.PENALTIES.items()},
     }
     assert {k: table.get(k) for k in want} == want

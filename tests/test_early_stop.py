@@ -87,7 +87,7 @@ def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
 
 
 def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
-    def biased_draft(self, draft, k, params, rng, plan):
+    def biased_draft(self, draft, k, params, rng, plan, hist=None):
         # WRONG on purpose: leaves out a token the draft is unsure of, so the tokens it
         # proposes are no longer samples of q
         feed = self.committed[len(draft.tokens) :]

@@ -105,19 +105,24 @@ def test_misleading_400s_now_say_what_is_wrong(url: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("response_format", "says"),
+    [
+        ({"type": "xml"}, "json_object or json_schema"),
+        ({"type": "json_schema", "json_schema": "nope"}, "'schema' object"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}, "JSON schema"),
+    ],
+)
+def test_a_bad_response_format_is_a_400_before_generating(url: str, response_format: dict, says: str) -> None:
+    r = post(url, "/v1/chat/completions", {"messages": CHAT, "response_format": response_format})
+    assert r.status_code == 400 and says in error_of(r)["message"]
+
+
+@pytest.mark.parametrize(
     ("extra", "param", "says"),
     [
         ({"n": 2}, "n", "one choice per request"),
-        ({"response_format": {"type": "json_object"}}, "response_format", "constrained decoding"),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "JSON"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "does not call tools"),
-        ({"tool_choice": "required"}, "tool_choice", "does not call tools"),
-        ({"functions": [{"name": "f"}]}, "functions", "does not call tools"),
-        ({"logprobs": True}, "logprobs", "log probabilities"),
-        ({"top_logprobs": 3}, "top_logprobs", "log probabilities"),
-        ({"presence_penalty": 0.5}, "presence_penalty", "penalties"),
-        ({"frequency_penalty": -1}, "frequency_penalty", "penalties"),
-        ({"logit_bias": {"5": 10}}, "logit_bias", "biases"),
+        ({"functions": [{"name": "f"}]}, "functions", "legacy form of tools"),
+        ({"function_call": "f"}, "function_call", "legacy form of tool_choice"),
         ({"modalities": ["text", "audio"]}, "modalities", "text only"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "text only"),
         ({"web_search_options": {}}, "web_search_options", "web"),
@@ -136,7 +141,6 @@ def test_chat_fields_the_server_cannot_honour_are_a_400_that_says_so(
         ({"echo": True}, "echo"),
         ({"best_of": 3}, "best_of"),
         ({"suffix": "t9"}, "suffix"),
-        ({"logprobs": 2}, "logprobs"),
     ],
 )
 def test_completion_fields_the_server_cannot_honour_are_a_400(url: str, extra: dict, param: str) -> None:

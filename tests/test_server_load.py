@@ -124,6 +124,7 @@ def test_an_oversize_prompt_is_refused_before_tokenizing_and_without_waiting_for
             first.join(10)
 
 
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
 def test_retry_after_follows_recent_requests_not_slow_ones_long_gone() -> None:
     engine = fake_engine()
     app = create_app(engine, max_queue=7)  # one running + seven waiting

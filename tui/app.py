@@ -4,7 +4,9 @@ Generation runs in a thread worker: it iterates `engine.stream(...)` and posts o
 message per speculative step back to the UI thread, which appends the step's text
 to the reply once (not per character). The conversation is a list of chat
 messages; each turn resends it all, and the engine's prefix reuse prefills only
-the new turn.
+the new turn. With `options.chats_dir` set, it is saved as it goes (tui/store.py):
+when a message is sent and when a reply ends, so a crash loses at most the reply
+in progress; `options.resume` continues a saved chat.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from textual.widgets import Footer, Header, Input, Static
 from edgespec import EdgespecError, Generation, Segment
 
 from .options import ChatOptions, psutil_reader
+from .store import ChatFile
 from .text import gpu_line, stats_line, to_markdown, visible
 from .widgets import InfoScreen, MessageView, StatusBar
 
@@ -83,6 +86,15 @@ class ChatApp(App[None]):
         self._pending_user: dict[str, str] | None = None
         self._shown_warnings = 0
         self._sys_reader = self.options.sys_reader
+        self._file: ChatFile | None = None
+        self._save_failed = False
+        self._unanswered = ""  # a resumed chat's last message, which got no reply
+        if self.options.chats_dir is not None:
+            self._file = ChatFile(self.options.chats_dir, self.options.resume, engine.name)
+        if self.options.resume is not None:
+            self.history = list(self.options.resume.messages)
+            if self.history and self.history[-1]["role"] == "user":
+                self._unanswered = self.history.pop()["content"]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -117,6 +129,11 @@ class ChatApp(App[None]):
         self.set_interval(self.options.refresh_s, self.read_sys)
         self._prompt.focus()
         self.add_message("note", HELP)
+        if self.options.resume is not None:
+            for m in self.history:
+                self.add_message(m["role"], m["content"])
+            self.add_message("note", f"resumed chat {self.options.resume.id}")
+            self._prompt.value = self._unanswered  # it got no reply: Enter sends it again
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -150,6 +167,17 @@ class ChatApp(App[None]):
             rss, cpu = None, None
         self.status.set(rss=rss, cpu=cpu)
 
+    def persist(self, messages: list[dict[str, str]]) -> None:
+        """Save the conversation as it stands (the file is replaced whole, atomically)."""
+        if self._file is None:
+            return
+        try:
+            self._file.save(messages)
+        except OSError as err:
+            if not self._save_failed:  # said once, not after every message
+                self.add_message("error", f"could not save this chat to {self._file.path}: {err.strerror or err}")
+            self._save_failed = True
+
     def settings_text(self) -> str:
         spec = "speculative" if self.speculative else "plain decoding"
         return f"{spec}, temperature {self.temperature:.2f}"
@@ -178,7 +206,10 @@ class ChatApp(App[None]):
         self.generating = True
         self.status.set(generating=True)
         sampling = dict(self.options.sampling(), temperature=self.temperature)
+        if sampling["max_tokens"] is None:
+            sampling["max_tokens"] = self.engine.n_ctx  # to the end of the answer, or of the context
         messages = [*self.history, self._pending_user]
+        self.persist(messages)
         try:
             # made here, not in the worker: Esc can cancel it from the first moment on
             self._reply_stream = self.engine.stream(messages, speculative=self.speculative, **sampling)
@@ -236,12 +267,13 @@ class ChatApp(App[None]):
         reply.set_meta(meta)
         if self._pending_user is not None:
             self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
+        self.persist(self.history)
         self._done(message.stats)
 
     def _length_note(self, stats: Any) -> str:
         if stats is not None and stats.n_prompt + stats.n_generated >= self.engine.n_ctx - 1:
             return "the context is full: ctrl+n starts a new chat"
-        return f"max tokens ({self.options.max_tokens})"
+        return f"max tokens ({self.options.max_tokens or self.engine.n_ctx})"
 
     @on(Failed)
     def failed(self, message: Failed) -> None:
@@ -258,6 +290,7 @@ class ChatApp(App[None]):
             if not prompt.value and self._pending_user is not None:
                 prompt.value = self._pending_user["content"]  # the turn was not taken: edit and retry
         self.add_message("error", message.error)
+        self.persist(self.history)
         self._done(None)
 
     def _done(self, stats: Any) -> None:
@@ -318,6 +351,8 @@ class ChatApp(App[None]):
         self._pending_user = None
         self.history = []
         self.last_stats = None
+        if self._file is not None:
+            self._file = ChatFile(self._file.directory, model=self.engine.name)  # the old one stays saved
         self.chat.remove_children()
         self.status.set(generating=False, stats=None)
         self.add_message("note", "new chat")

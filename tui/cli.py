@@ -2,7 +2,10 @@
 
 `add_parser(sub)` adds the subcommand with the same model and sampling options as
 `edgespec run`; the engine loads before the app starts, so a failed load is one
-line on stderr and exit code 2, like every other command.
+line on stderr and exit code 2, like every other command. The engine runs in a
+child process unless `--in-process`: a crash there is an error message in the
+chat and a restart, never a lost conversation. Chats are saved as they go
+(tui/store.py); `--list` prints them, `--resume [ID]` continues one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    from edgespec.frontends.options import add_model_args, add_sampling_args
+    from edgespec.frontends.options import add_isolation_arg, add_model_args, add_sampling_args
 
     p = sub.add_parser(
         "chat",
@@ -23,9 +26,21 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
         "ctrl+up/down temperature, ctrl+o model info, ctrl+s save (or /save PATH), ctrl+q quits.",
     )
     add_model_args(p)
+    add_isolation_arg(p)
     add_sampling_args(p)
     p.add_argument("--no-highlight", action="store_true", help="start with draft/target colouring off")
-    p.set_defaults(func=cmd_chat)
+    g = p.add_argument_group("saved chats (in $EDGESPEC_HOME/chats/)")
+    g.add_argument("--list", action="store_true", help="print the saved chats (id, time, first words) and exit")
+    g.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ID",
+        help="continue a saved chat: the most recent, or the one with this id",
+    )
+    # a reply runs to the end of the answer (or of the context) unless --max-tokens says less
+    p.set_defaults(func=cmd_chat, max_tokens=None)
     return p
 
 
@@ -33,10 +48,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from edgespec.frontends.options import engine_from_args
 
     from .app import ChatOptions, create_app
+    from .store import chats_dir, find_chat, list_chats
 
-    engine = engine_from_args(args)  # model preparation (first run) reports on stderr
+    if args.list:
+        for chat in list_chats():
+            print(chat.summary())
+        return 0
+    resume = find_chat(args.resume or None) if args.resume is not None else None  # before minutes of loading
+    engine = engine_from_args(args, isolated=not args.in_process)  # model preparation reports on stderr
     options = ChatOptions.from_args(args)
     options.highlight = not args.no_highlight
+    options.chats_dir, options.resume = chats_dir(), resume
     try:
         create_app(engine, options=options).run()
     finally:

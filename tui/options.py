@@ -10,18 +10,31 @@ from typing import Any
 
 from edgespec import defaults
 
+from .store import SavedChat
+
 SysReader = Callable[[], "tuple[float | None, float | None]"]  # (rss bytes, cpu percent)
 
 
 def psutil_reader() -> SysReader:
+    """This process and its children (an isolated engine's models live in a child)."""
     import psutil
 
-    proc = psutil.Process()
-    proc.cpu_percent(None)  # the first call only starts the measurement
+    me = psutil.Process()
+    known: dict[int, psutil.Process] = {}
 
     def read() -> tuple[float | None, float | None]:
-        return float(proc.memory_info().rss), proc.cpu_percent(None)
+        nonlocal known  # cpu_percent measures since the last call on the same object
+        known = {p.pid: known.get(p.pid, p) for p in [me, *me.children(recursive=True)]}
+        rss = cpu = 0.0
+        for p in known.values():
+            try:
+                rss += p.memory_info().rss
+                cpu += p.cpu_percent(None)
+            except psutil.Error:  # it ended between the listing and the reading
+                pass
+        return rss, cpu
 
+    read()  # the first reading only starts the CPU measurement
     return read
 
 
@@ -29,7 +42,7 @@ def psutil_reader() -> SysReader:
 class ChatOptions:
     """Sampling options (as `edgespec run`) plus what the UI shows."""
 
-    max_tokens: int = defaults.MAX_TOKENS
+    max_tokens: int | None = None  # None: to the end of the answer (or of the context)
     temperature: float = defaults.TEMPERATURE
     top_k: int = defaults.TOP_K
     top_p: float = defaults.TOP_P
@@ -37,11 +50,17 @@ class ChatOptions:
     seed: int | None = None
     k: int | None = None
     speculative: bool = True
+    presence_penalty: float = defaults.PRESENCE_PENALTY
+    frequency_penalty: float = defaults.FREQUENCY_PENALTY
+    repeat_penalty: float = defaults.REPEAT_PENALTY
+    repeat_last_n: int = defaults.REPEAT_LAST_N
     highlight: bool = True
     timings: bool = True  # False: no wall-clock numbers on screen (deterministic snapshots)
     sys_reader: SysReader | None = None  # None: psutil on this process
     refresh_s: float = 1.0  # how often memory/CPU are read
     save_dir: Path = field(default_factory=Path.cwd)
+    chats_dir: Path | None = None  # where the conversation is saved as it goes (None: not saved)
+    resume: SavedChat | None = None  # a saved chat to continue
 
     @classmethod
     def from_args(cls, args: Any) -> ChatOptions:
@@ -58,4 +77,8 @@ class ChatOptions:
             min_p=self.min_p,
             seed=self.seed,
             k=self.k,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=self.repeat_last_n,
         )

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +30,22 @@ from ..core.decoder import Decoder, Request
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
+from ..core.grammar import Grammar, compile_grammar
 from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
+from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
+from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
+from ..llama.rpc import parse_endpoints
+from .checks import check_k, check_params
 from .generation import Generation
+from .prompts import Prompt, Prompts
 
 log = logging.getLogger("edgespec")
 LOCK_WAIT_S = 30.0
 TEMPERATURES_KEPT = 8  # adaptive controllers kept, one per temperature (least recently used goes)
-
-Prompt = str | Sequence[dict] | Sequence[int]
 
 
 class Engine:
@@ -65,7 +69,7 @@ class Engine:
         self.lookup = lookup  # prompt lookup drafts (with or without a draft model)
         self.name = name
         self.warnings: list[str] = list(warnings)
-        _check_k(default_k)
+        check_k(default_k)
         self.default_k = default_k
         self.p_min = p_min
         self._quant = quant_report
@@ -85,7 +89,7 @@ class Engine:
         template = target.chat_template()
         if template is None:
             self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
-        self._template = template or templates.FALLBACK_TEMPLATE
+        self._prompts = Prompts(target, template or templates.FALLBACK_TEMPLATE)
         for w in self.warnings:
             log.warning("%s", w)
 
@@ -104,20 +108,35 @@ class Engine:
         p_min: float = 0.0,
         name: str | None = None,
         lookup: bool = True,
+        isolated: bool = False,
+        rpc: str | Sequence[str] = (),
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
-        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off."""
-        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup)
+        `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
+        `isolated=True`: the models run in a child process that restarts after a crash.
+        `rpc="host:port,..."`: the target's layers go to those rpc-servers."""
+        rpc = parse_endpoints(rpc) if rpc else ()
+        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup, rpc)
+        if isolated:
+            return _isolated(target, draft, options)
         return cls._from_loaded(load_pair(target, draft, options))
 
     @classmethod
     def from_pair(
-        cls, name: str, config: str | Path | None = None, *, with_draft: bool = True, **overrides: Any
+        cls,
+        name: str,
+        config: str | Path | None = None,
+        *,
+        with_draft: bool = True,
+        isolated: bool = False,
+        **overrides: Any,
     ) -> Engine:
-        """A pair from models.toml (prepared on first use). `overrides`: `Engine.load`'s
-        keywords; None keeps the pair's own setting. `progress`: a callback for preparation.
-        `with_draft=False` loads the target alone (plain decoding)."""
+        """A pair from models.toml (prepared on first use, in this process). `overrides`:
+        `Engine.load`'s keywords; None keeps the pair's own setting. `progress`: a callback for
+        preparation. `with_draft=False` loads the target alone (plain decoding)."""
         target, draft, options = pair_files(name, config, **overrides)
+        if isolated:
+            return _isolated(target, draft if with_draft else None, options)
         return cls._from_loaded(load_pair(target, draft if with_draft else None, options))
 
     @classmethod
@@ -140,9 +159,7 @@ class Engine:
         with self._hold():
             self._closed = True
             for m in (self.draft, self.target):
-                close = getattr(m, "close", None)
-                if close is not None:
-                    close()
+                getattr(m, "close", lambda: None)()
 
     def __enter__(self) -> Engine:
         return self
@@ -160,6 +177,11 @@ class Engine:
         return self._lock.locked()
 
     @property
+    def state(self) -> str:
+        """ "ok" or "closed" (an isolated engine also says "restarting" or "failed")."""
+        return "closed" if self._closed else "ok"
+
+    @property
     def has_draft(self) -> bool:
         return self.draft is not None
 
@@ -168,37 +190,23 @@ class Engine:
         """A draft model, prompt lookup, or both."""
         return self.draft is not None or self.lookup
 
-    def tokenize(self, prompt: Prompt, *, raw: bool = False) -> list[int]:
-        if isinstance(prompt, str):
-            if raw:
-                return self.target.tokenize(prompt, add_special=True, parse_special=True)
-            return self._chat_tokens([{"role": "user", "content": prompt}])
-        items: list[Any] = list(prompt)
-        if not items:
-            raise EdgespecError("the prompt is empty; give at least one message or token")
-        if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
-            ids = [int(t) for t in items]
-            bad = [t for t in ids if not 0 <= t < self.target.n_vocab]
-            if bad:
-                raise EdgespecError(f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})")
-            return ids
-        return self._chat_tokens(templates.check_messages(items))
+    def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
+        """A string (a user message, or with `raw` text as is), messages or token ids as tokens."""
+        return self._prompts.tokenize(prompt, raw=raw, tools=tools)
+
+    def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
+        """The prompt text the chat template makes of `messages` (what gets tokenized)."""
+        return self._prompts.chat_text(messages, tools=tools)
+
+    def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
+        """A checked `ToolSet` for `stream(tools=...)` from OpenAI's `tools` and `tool_choice`
+        ("auto", "none", "required" or {"type": "function", "function": {"name": ...}});
+        None when no tool may be called. `parallel=True`: several calls in one answer."""
+        return self._prompts.tools(tools, tool_choice, parallel=parallel)
 
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for."""
         return self.target.piece(token)
-
-    def chat_text(self, messages: Sequence[dict]) -> str:
-        """The prompt text the chat template makes of `messages` (what gets tokenized)."""
-        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
-        eos = self.target.token_text(self.target.eos_id) if self.target.eos_id >= 0 else ""
-        return templates.render(self._template, templates.check_messages(messages), bos_token=bos, eos_token=eos)
-
-    def _chat_tokens(self, messages: list[templates.Message]) -> list[int]:
-        text = self.chat_text(messages)
-        bos = self.target.token_text(self.target.bos_id) if self.target.bos_id >= 0 else ""
-        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
-        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
 
     def reset(self) -> None:
         """Empty both KV caches (the next request prefills from scratch, as in a fresh process)."""
@@ -226,14 +234,44 @@ class Engine:
         k: int | None = None,
         stop: Sequence[str] | str | None = None,
         raw: bool = False,
+        presence_penalty: float = defaults.PRESENCE_PENALTY,
+        frequency_penalty: float = defaults.FREQUENCY_PENALTY,
+        repeat_penalty: float = defaults.REPEAT_PENALTY,
+        repeat_last_n: int = defaults.REPEAT_LAST_N,
+        logit_bias: Mapping[int, float] | None = None,
+        logprobs: int | None = None,
+        json_schema: Any = None,
+        grammar: str | None = None,
+        tools: ToolSet | None = None,
     ) -> Generation:
-        """Start a generation; iterate the returned handle for events, `cancel()` it to stop."""
-        params = SamplingParams(temperature, top_k, top_p, min_p, seed)
-        _check_params(params, max_tokens, k)
-        tokens = self.tokenize(prompt, raw=raw)
+        """Start a generation; iterate the returned handle for events, `cancel()` it to stop.
+        `logprobs=N`: each event carries the target's log probability of its tokens and of
+        the N most likely alternatives (0..20; None: none, and no cost). `json_schema` (a
+        dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output.
+        `tools` (from `Engine.tools`) offers functions: `tools.parser()` reads the calls."""
+        if tools is not None:
+            if json_schema or grammar:
+                raise EdgespecError("tools cannot be combined with a JSON schema or a grammar")
+            grammar = tools.grammar()
+        compiled = compile_grammar(json_schema=json_schema, lark=grammar) if json_schema or grammar else None
+        pen = make_penalties(
+            presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
+        )
+        params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
+        check_params(params, max_tokens, k)
+        if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
+            raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
+        tokens = self.tokenize(prompt, raw=raw, tools=tools)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         spec = speculative and self.can_speculate
-        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops))
+        matcher = self._grammar(compiled) if compiled is not None else None
+        return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs, matcher))
+
+    def _grammar(self, compiled: str) -> Grammar:
+        tokenizer = getattr(self.target, "grammar_tokenizer", None)
+        if tokenizer is None:
+            raise EdgespecError("this model backend has no tokenizer for structured output")
+        return Grammar(tokenizer(), compiled, self.target.n_vocab)
 
     def _run(
         self,
@@ -244,6 +282,8 @@ class Engine:
         speculative: bool,
         k: int | None,
         stops: list[str],
+        logprobs: int | None,
+        grammar: Grammar | None = None,
     ) -> Iterator[StreamEvent]:
         with self._hold():
             self._running = gen
@@ -254,6 +294,8 @@ class Engine:
                 rng=np.random.default_rng(params.seed),
                 speculative=speculative,
                 cancel=gen.cancelled,
+                logprobs=logprobs,
+                grammar=grammar,
             )
             text = TextAssembler(self.target.piece, stops)
             steps = self._decoder.run(tokens, request)
@@ -264,14 +306,17 @@ class Engine:
                     drafted = "lookup" if step.source == LOOKUP else "draft"
                     sources = [drafted if f else "target" for f in step.from_draft]
                     segments, stop_at = text.feed(step.tokens, sources)
-                    toks, flags, finish = step.tokens, step.from_draft, step.finish_reason
+                    toks, flags, finish, lps = step.tokens, step.from_draft, step.finish_reason, step.logprobs
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
+                        lps = lps[: stop_at + 1] if lps is not None else None
                         step.stats.n_generated -= len(step.tokens) - len(toks)
                     elif finish is not None:
                         segments += text.finish()
+                    if logprobs is not None and lps is None:
+                        lps = ()  # the last event, with no tokens
                     piece = "".join(s.text for s in segments)
-                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k)
+                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k, lps)
                     if finish is not None:
                         return
             finally:
@@ -327,7 +372,8 @@ class Engine:
             self._lock.release()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
-        """Run a whole generation (`stream`'s options) and return its text, tokens and stats."""
+        """Run a whole generation (`stream`'s options) and return its text, tokens and stats
+        (with `tools`: the calls in `tool_calls`, the rest of the answer in `text`)."""
         parts: list[str] = []
         tokens: list[int] = []
         event = None
@@ -336,23 +382,17 @@ class Engine:
                 parts.append(event.text)
                 tokens.extend(event.tokens)
         assert event is not None and event.finish_reason is not None
-        return Result("".join(parts), tokens, event.finish_reason, event.stats, list(self.warnings))
+        text, finish, calls = "".join(parts), event.finish_reason, []
+        if options.get("tools") is not None:
+            text, finish, calls = options["tools"].answer(text, finish)
+        return Result(text, tokens, finish, event.stats, list(self.warnings), calls)
 
 
-def _check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
-    if not p.temperature >= 0:
-        raise EdgespecError(f"temperature must be >= 0 (got {p.temperature})")
-    if not 0 < p.top_p <= 1:
-        raise EdgespecError(f"top_p must be in (0, 1] (got {p.top_p})")
-    if not 0 <= p.min_p <= 1:
-        raise EdgespecError(f"min_p must be in [0, 1] (got {p.min_p})")
-    if max_tokens < 1:
-        raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
-    _check_k(k)
-    if p.seed is not None and not 0 <= p.seed < 2**63:
-        raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
+# Set by edgespec.api.isolated, which the package always imports: it subclasses Engine, so
+# importing it from here would make a loop.
+_isolate: Callable[[str | Path, str | Path | None, LoadOptions], Engine] | None = None
 
 
-def _check_k(k: int | None) -> None:
-    if k is not None and not 0 <= k <= defaults.K_LIMIT:
-        raise EdgespecError(f"k must be between 0 and {defaults.K_LIMIT} (got {k})")
+def _isolated(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    assert _isolate is not None, "edgespec.api.isolated registers itself on import"
+    return _isolate(target, draft, options)

@@ -29,12 +29,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
-from .events import Stats
+from .events import Stats, TokenLogprob
+from .grammar import Grammar
+from .logprobs import token_logprob
 from .lookup import LookupIndex
 from .lookup_policy import L_MAX
 from .model import Model
+from .penalties import History
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
@@ -107,6 +111,8 @@ class Request:
     speculative: bool = True
     cancel: threading.Event | None = None
     lookup: bool = True  # draft from prompt lookup too, where the decoder has an index
+    logprobs: int | None = None  # report the target's logprob of each token, and of this many alternatives
+    grammar: Grammar | None = None  # structured output: a fresh matcher for this generation
 
 
 @dataclass(frozen=True)
@@ -117,13 +123,26 @@ class Step:
     finish_reason: str | None = None
     k: int = 0  # the K the controller planned for this step (the step may draft fewer)
     source: str = MODEL  # where this step's drafts came from
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asks
+
+
+def _dist(row: np.ndarray, params: SamplingParams, hist: Constraints | None) -> Dist:
+    """The sampling transform of one row, penalties (with `hist` as it stands) included."""
+    return to_dist(row if hist is None else hist.apply(row), params)
 
 
 class _TargetRows:
-    """p rows computed only when verify looks at them (it stops at the first rejection)."""
+    """p rows computed only when verify looks at them (it stops at the first rejection).
 
-    def __init__(self, rows: np.ndarray, params: SamplingParams) -> None:
+    With penalties, row i is penalised with the history committed + drafts[:i], the one
+    q_i was made with: `hist` starts at the committed tokens and follows the drafts."""
+
+    def __init__(
+        self, rows: np.ndarray, params: SamplingParams, hist: Constraints | None = None, drafts: Sequence[int] = ()
+    ) -> None:
         self._rows, self._params = rows, params
+        self._hist, self._drafts = hist, drafts
+        self._base = hist.n if hist is not None else 0
         self._done: dict[int, Dist] = {}
 
     def __len__(self) -> int:
@@ -131,7 +150,11 @@ class _TargetRows:
 
     def __getitem__(self, i: int) -> Dist:
         if i not in self._done:
-            self._done[i] = to_dist(self._rows[i], self._params)
+            hist = self._hist
+            if hist is not None:
+                hist.truncate(min(hist.n, self._base + i))
+                hist.extend(self._drafts[hist.n - self._base : i])
+            self._done[i] = _dist(self._rows[i], self._params, hist)
         return self._done[i]
 
 
@@ -167,12 +190,17 @@ class Decoder:
             if index is not None:
                 index.sync(self.committed, known_prefix=0)
             stats.prefill_s = time.perf_counter() - t0
-            yield from self._loop(req, draft, index, stats)
+            pen = req.params.penalties
+            history = History(pen, self.target.model.n_vocab, self.committed) if pen.active else None
+            hist = None
+            if history is not None or req.grammar is not None:
+                hist = Constraints(history, req.grammar, len(self.committed))
+            yield from self._loop(req, draft, index, stats, hist)
         finally:
             self._restore()
 
     def _loop(
-        self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats
+        self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: Constraints | None
     ) -> Generator[Step, None, None]:
         committed = self.committed
         while True:
@@ -206,13 +234,15 @@ class Decoder:
             if from_lookup and k:
                 assert proposal is not None
                 drafts = list(proposal.tokens[:k])
+                if hist is not None:
+                    drafts = drafts[: hist.valid_prefix(drafts)]  # never propose what the grammar forbids
                 qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
             elif draft is not None and k:
-                drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan)
+                drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan, hist)
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
-            a, token = verify(drafts, qs, _TargetRows(rows, req.params), req.rng)
+            a, token = verify(drafts, qs, _TargetRows(rows, req.params, hist, drafts), req.rng)
             new = [*drafts[:a], token]
             emit, finish = new, None
             for i, tok in enumerate(new):
@@ -221,7 +251,16 @@ class Decoder:
                     # anything accepted after it is discarded
                     emit, new, finish = new[:i], new[: i + 1], "stop"
                     break
+            # read before the next eval overwrites the rows: row j predicted emitted token j
+            lps = (
+                None
+                if req.logprobs is None
+                else tuple(token_logprob(rows[j], t, req.logprobs) for j, t in enumerate(emit))
+            )
             n_before = len(committed)
+            if hist is not None:
+                hist.truncate(n_before)
+                hist.extend(new)
             committed.extend(new)
             if index is not None:
                 index.append(new)
@@ -244,12 +283,18 @@ class Decoder:
             self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
             n_draft = min(a, len(emit))
             from_draft = (True,) * n_draft + (False,) * (len(emit) - n_draft)
-            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k, outcome.source)
+            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k, outcome.source, lps)
             if finish is not None:
                 return
 
     def _draft(
-        self, draft: Cache, k: int, params: SamplingParams, rng: np.random.Generator, plan: Plan
+        self,
+        draft: Cache,
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        plan: Plan,
+        hist: Constraints | None,
     ) -> tuple[list[int], list[Dist], list[float]]:
         """Up to k draft tokens, and the draft's confidence in each when the plan wants it.
 
@@ -257,7 +302,8 @@ class Decoder:
         token is still verified). The rule looks only at the draft's side, never at the
         target, so the output stays the target's: verify only needs each x_i to be a sample
         of q_i. Confidence is q(x) of the token drawn, or at temperature 0 (one-hot q) the
-        untempered probability of the argmax."""
+        untempered probability of the argmax. With penalties, q_i is made with the history
+        committed + drafts[:i] (pushed onto `hist` as drafted, taken back before returning)."""
         feed = self.committed[len(draft.tokens) :]
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
@@ -265,17 +311,26 @@ class Decoder:
         drafts: list[int] = []
         qs: list[Dist] = []
         sures: list[float] = []
+        base = hist.n if hist is not None else 0
         for i in range(k):
+            if hist is not None:
+                row = hist.apply(row)
             q = to_dist(row, params)
             x = q.sample(rng)
             drafts.append(x)
             qs.append(q)
+            if hist is not None:
+                hist.push(x)
             if plan.want_sure:
                 sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
                 if sures[-1] < plan.stop_below:
                     break
-            if i + 1 < k:
+            if i + 1 < k and not self.target.model.is_eog(x):  # nothing is verified past the end
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
+            else:
+                break
+        if hist is not None:
+            hist.truncate(base)
         return drafts, qs, sures
 
     def _account(self, stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float) -> None:

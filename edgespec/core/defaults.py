@@ -11,6 +11,15 @@ TEMPERATURE = 0.8  # 0 = greedy
 TOP_K = 40  # <= 0: disabled
 TOP_P = 0.95  # >= 1: disabled
 MIN_P = 0.05  # <= 0: disabled
+# penalties and bias, before the chain above (edgespec/core/penalties.py); these values are "off"
+PRESENCE_PENALTY = 0.0  # OpenAI's, -2..2, over the tokens generated so far
+FREQUENCY_PENALTY = 0.0  # OpenAI's, -2..2, over the tokens generated so far
+REPEAT_PENALTY = 1.0  # llama.cpp's, over the last REPEAT_LAST_N tokens of the context
+REPEAT_LAST_N = 64  # llama.cpp's penalty_last_n: 0 = off, -1 = the whole context
+REPEAT_PENALTY_RANGE = (0.01, 100.0)  # repeat_penalty within this (beyond it a logit / penalty overflows)
+PENALTY_LIMIT = 2.0  # |presence_penalty|, |frequency_penalty| at most this (OpenAI's range)
+LOGIT_BIAS_LIMIT = 100.0  # |bias| at most this (OpenAI's range; -100 bans the token in practice)
+TOP_LOGPROBS_LIMIT = 20  # most alternatives per token a request may ask log probabilities of
 
 MAX_TOKENS = 256  # tokens generated per request unless asked otherwise
 MAX_TOKENS_CAP = 2048  # the most one server request may ask for (--max-tokens-cap)
@@ -31,3 +40,12 @@ RETRY_AFTER_WINDOW = 5  # Retry-After: the mean time of this many recent request
 PROMPT_CHARS_PER_TOKEN = 8  # a prompt over n_ctx * this many characters is refused before tokenizing
 
 SAMPLING = {"temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P, "min_p": MIN_P}
+PENALTIES = {
+    "presence_penalty": PRESENCE_PENALTY,
+    "frequency_penalty": FREQUENCY_PENALTY,
+    "repeat_penalty": REPEAT_PENALTY,
+    "repeat_last_n": REPEAT_LAST_N,
+}
+
+RPC_PORT = 50052  # llama.cpp rpc-server's port
+RPC_HOST = "127.0.0.1"  # loopback: rpc-server has no authentication

@@ -38,3 +38,12 @@ class BackendError(EdgespecError):
 
 class BusyError(EdgespecError):
     """A generation is already running on this engine."""
+
+
+class EngineCrashed(EdgespecError):
+    """The engine's process died (or is restarting after it did); `retry_after`: seconds
+    until it is likely back."""
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

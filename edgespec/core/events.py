@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from .tools import ToolCall
+
 
 class Segment(NamedTuple):
     """A piece of a step's text and where its tokens came from: "draft" (a draft model's
@@ -18,6 +20,16 @@ class Segment(NamedTuple):
 
     text: str
     source: str
+
+
+class TokenLogprob(NamedTuple):
+    """The target's log probability of one emitted token, from its raw logits (before
+    penalties, bias and temperature, as OpenAI reports them), and of its `top` most likely
+    alternatives at that position, best first: (token id, log probability)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -82,7 +94,8 @@ class StreamEvent:
     bonus token). `k` is the K the controller chose for the step (a step near
     max_tokens or the context end may draft fewer). `finish_reason` is set on
     the last event only: "stop" (end-of-generation token or stop string),
-    "length" (max_tokens or the context limit) or "cancelled".
+    "length" (max_tokens or the context limit) or "cancelled". `logprobs`
+    (when the generation asked for them) has one entry per token of `tokens`.
     """
 
     text: str
@@ -92,12 +105,14 @@ class StreamEvent:
     finish_reason: str | None = None
     segments: tuple[Segment, ...] = ()
     k: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Result:
-    text: str
+    text: str  # with tools: the answer without its calls
     tokens: list[int]
-    finish_reason: str
+    finish_reason: str  # "tool_calls" when the model called tools
     stats: Stats
     warnings: list[str]
+    tool_calls: list[ToolCall] = field(default_factory=list)

@@ -27,6 +27,7 @@ class GpuOffload:
     supported: bool = False  # this llama.cpp build has a GPU backend
     target_layers: int = 0
     draft_layers: int = 0
+    rpc: tuple[str, ...] = ()  # the rpc-servers holding the target's layers
 
 
 @dataclass(frozen=True)

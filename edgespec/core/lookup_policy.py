@@ -12,7 +12,7 @@ the median target time per batch size from every step (plain, model and lookup
 steps all verify a batch), with a line through the measured sizes for the ones
 not yet seen. Acceptance alpha_i is kept per position and per length of the
 matched n-gram (a longer match is a likelier copy), as decayed counts that
-follow the text within a few steps (DECAY) and drift back towards the prior
+follow the text within a few steps (DECAY, on the match length just tried) and drift back towards the prior
 while lookup is not used (IDLE_DECAY), so a text that starts copying again is
 noticed. Pure: no model, no clock, no I/O.
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+
+from .recent import Recent
 
 L_MAX = 16  # the longest lookup draft: a copy run rarely holds longer, and v(n) grows with n
 PRIOR = 0.5  # acceptance assumed before anything was seen: enough to try a proposal once
@@ -35,19 +37,28 @@ class VerifyTimes:
 
     def __init__(self, n_max: int = L_MAX + 1) -> None:
         self.n_max = n_max
-        self._by_n: list[deque[float]] = [deque(maxlen=9) for _ in range(n_max + 1)]
+        self._by_n = [Recent() for _ in range(n_max + 1)]
+        self._table: list[float] | None = None  # cost(n) for every n, until the next add
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
-            self._by_n[n].append(seconds)
+            self._by_n[n].add(seconds)
+            self._table = None
 
     def measured(self) -> list[tuple[int, float]]:
-        return [(n, statistics.median(d)) for n, d in enumerate(self._by_n) if d]
+        return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
 
     def cost(self, n: int) -> float:
-        """v(n): the median where measured, else a least-squares line through the measured
-        sizes (never below the largest measured time of a smaller batch: v grows with n)."""
-        pts = self.measured()
+        """v(n), computed once per measurement for every n (the decoder asks each step)."""
+        if self._table is None:
+            pts = self.measured()
+            self._table = [self._estimate(pts, m) for m in range(self.n_max + 1)]
+        return self._table[min(max(n, 0), self.n_max)]
+
+    @staticmethod
+    def _estimate(pts: list[tuple[int, float]], n: int) -> float:
+        """The median where measured, else a least-squares line through the measured sizes
+        (never below the largest measured time of a smaller batch: v grows with n)."""
         if not pts:
             return 0.0
         exact = dict(pts)
@@ -83,8 +94,8 @@ class LookupPolicy:
 
     def alpha(self, match: int) -> list[float]:
         tried, accepted = self._tried[self._row(match)], self._accepted[self._row(match)]
-        total = sum(tried)
-        pooled = sum(accepted) / total if total > 0 else PRIOR
+        # the pooled rate leans on the prior as evidence fades, and each position on the pooled rate
+        pooled = (sum(accepted) + SHRINK * PRIOR) / (sum(tried) + SHRINK)
         return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
 
     def overhead(self) -> float:
@@ -97,7 +108,7 @@ class LookupPolicy:
     def best(self, match: int, available: int) -> tuple[int, float]:
         """(k, expected tokens per second) of the best lookup draft of at most `available`
         tokens after a match of `match` tokens; (0, 0.0) before any cost was measured."""
-        if available <= 0 or not self.times.measured():
+        if available <= 0 or self.times.cost(1) <= 0.0:
             return 0, 0.0
         alpha, o = self.alpha(match), self.overhead()
         best_k, best_speed, e, run = 0, 0.0, 1.0, 1.0
@@ -110,9 +121,11 @@ class LookupPolicy:
         return best_k, best_speed
 
     def observe(self, match: int, k: int, n_accepted: int, verify_s: float, step_s: float) -> None:
-        """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept."""
-        self._fade(DECAY)
+        """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept. Its
+        match length's record moves fast (DECAY), the others' slowly (IDLE_DECAY)."""
         row = self._row(match)
+        self._fade(IDLE_DECAY, skip=row)
+        self._fade(DECAY, only=row)
         for i in range(min(n_accepted + 1, k)):  # positions after a rejection were not tested
             self._tried[row][i] += 1.0
             self._accepted[row][i] += i < n_accepted
@@ -124,8 +137,8 @@ class LookupPolicy:
         if plain:
             self._overhead.append(max(0.0, step_s - verify_s))
 
-    def _fade(self, d: float) -> None:
+    def _fade(self, d: float, *, only: int | None = None, skip: int | None = None) -> None:
         for rows in (self._tried, self._accepted):
-            for r in rows:
-                for i in range(len(r)):
-                    r[i] *= d
+            for j, r in enumerate(rows):
+                if (only is None or j == only) and j != skip:
+                    r[:] = [x * d for x in r]

@@ -8,8 +8,10 @@ or normalising a whole 150k-entry row per token is the per-step cost we avoid.
 Temperature 0 is greedy: a one-hot distribution on the argmax, so greedy and
 sampled decoding share one code path.
 
-Order follows llama.cpp's default chain: top-k, top-p, min-p on the
-untempered logits, then temperature, then softmax over the survivors.
+Order follows llama.cpp's default chain: logit bias and penalties (which
+depend on the history: penalties.py, applied by the decoder before to_dist),
+then top-k, top-p, min-p on the untempered logits, then temperature, then
+softmax over the survivors.
 Pure numpy; the RNG is always injected.
 
 The definition sorts the k largest logits (the whole row when top-k is off)
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import defaults
+from .penalties import Penalties
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class SamplingParams:
     top_p: float = defaults.TOP_P  # >= 1: disabled
     min_p: float = defaults.MIN_P  # <= 0: disabled
     seed: int | None = None
+    # applied before the rest, with the row's history (penalties.History), to p and q alike
+    penalties: Penalties = Penalties()
 
     @property
     def greedy(self) -> bool:

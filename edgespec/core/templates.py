@@ -8,6 +8,7 @@ layout (and the engine says so in its warnings).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +25,8 @@ FALLBACK_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-Message = dict[str, str]
+Message = dict[str, Any]  # role and content (strings), and tool calls and results' keys
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 
 class TemplateRenderError(EdgespecError):
@@ -35,18 +37,41 @@ def _raise(msg: str) -> None:
     raise TemplateRenderError(f"the model's chat template raised: {msg}")
 
 
+def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False, **_: Any) -> str:
+    """JSON as Hugging Face's templates expect it (jinja2's own escapes <, > and & for HTML,
+    which would put \\u003c into a tool's description)."""
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def check_messages(messages: Sequence[Any]) -> list[Message]:
+    """Each message as a dict of a string role and content (None content: "", as in an
+    assistant message that only calls tools), plus any tool calls and results' keys."""
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        content = m.get("content") if isinstance(m, dict) else None
+        if m.get("tool_calls") if isinstance(m, dict) else False:
+            content = content or ""
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
             raise EdgespecError(f"message {i} must be a dict with string 'role' and 'content'")
-        out.append({"role": m["role"], "content": m["content"]})
+        calls = m.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise EdgespecError(f"message {i}: tool_calls must be a list of objects")
+        out.append({"role": m["role"], "content": content, **{k: m[k] for k in _TOOL_KEYS if m.get(k)}})
     return out
 
 
-def render(template: str, messages: Sequence[Message], *, bos_token: str = "", eos_token: str = "") -> str:
+def render(
+    template: str,
+    messages: Sequence[Message],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt text; `tools` (OpenAI's function list) for a template that lists them itself."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise
+    env.filters["tojson"] = _tojson
     env.globals["strftime_now"] = lambda fmt: time.strftime(str(fmt))
     try:
         tmpl = env.from_string(template)
@@ -54,7 +79,11 @@ def render(template: str, messages: Sequence[Message], *, bos_token: str = "", e
         size = 0
         t0 = time.monotonic()
         for chunk in tmpl.generate(
-            messages=list(messages), add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token
+            messages=list(messages),
+            add_generation_prompt=True,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            **({"tools": list(tools)} if tools else {}),
         ):
             parts.append(chunk)
             size += len(chunk)

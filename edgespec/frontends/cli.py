@@ -12,7 +12,10 @@ import json
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
+
+from edgespec import EdgespecError
 
 from .options import (
     add_model_args,
@@ -26,6 +29,7 @@ from .options import (
 
 def cmd_run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    constraint = _constraint(args)  # a bad schema is refused before minutes of loading
     engine = engine_from_args(args)
     shown = list(engine.warnings)
     for w in shown:
@@ -33,6 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = sampling_options(args)
     if args.stop:
         opts["stop"] = args.stop
+    opts.update(constraint)
     if args.json:
         res = engine.generate(prompt, raw=args.raw, **opts)
         print(
@@ -58,6 +63,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         if w not in shown:  # e.g. the measured verdict on a low-bit draft
             print(f"warning: {w}", file=sys.stderr)
     return 0
+
+
+def _constraint(args: argparse.Namespace) -> dict[str, Any]:
+    """`Engine.stream`'s json_schema / grammar from --json-schema / --grammar, checked now."""
+    from edgespec.core.grammar import compile_grammar
+
+    out: dict[str, Any] = {}
+    for option, key in (("json_schema", "json_schema"), ("grammar", "grammar")):
+        path = getattr(args, option)
+        if path is None:
+            continue
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise EdgespecError(f"cannot read --{option.replace('_', '-')} {path}: {err}") from None
+        out[key] = text
+    if out:
+        compile_grammar(json_schema=out.get("json_schema"), lark=out.get("grammar"))
+    return out
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -115,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt", default="Explain in two sentences why the sky is blue.", help="text, or - for stdin")
     run.add_argument("--raw", action="store_true", help="tokenize the prompt as is (no chat template)")
     run.add_argument("--stop", action="append", help="stop string (repeatable)")
+    run.add_argument("--json-schema", metavar="FILE", help="answer as JSON that follows this JSON Schema file")
+    run.add_argument("--grammar", metavar="FILE", help="answer as text that follows this Lark grammar file")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     run.set_defaults(func=cmd_run)
 

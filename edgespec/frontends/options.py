@@ -28,7 +28,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
     g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers to offload")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    g.add_argument(
+        "--rpc",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="place the target's layers on these rpc-servers (`edgespec rpc-server` there); the draft stays here",
+    )
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def add_isolation_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the models in this process (default: a child process that restarts after a crash)",
+    )
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -39,6 +53,30 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=defaults.TOP_P)
     g.add_argument("--min-p", type=float, default=defaults.MIN_P)
     g.add_argument("--seed", type=int, default=None)
+    g.add_argument(
+        "--presence-penalty",
+        type=float,
+        default=defaults.PRESENCE_PENALTY,
+        help="-2..2: lower the logits of tokens already generated (OpenAI's)",
+    )
+    g.add_argument(
+        "--frequency-penalty",
+        type=float,
+        default=defaults.FREQUENCY_PENALTY,
+        help="-2..2: lower the logits of generated tokens by how often they appeared (OpenAI's)",
+    )
+    g.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=defaults.REPEAT_PENALTY,
+        help="llama.cpp's: penalise the last --repeat-last-n tokens of the context (1 = off)",
+    )
+    g.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=defaults.REPEAT_LAST_N,
+        help="the window of --repeat-penalty (-1: the whole context)",
+    )
     g.add_argument("--k", type=int, default=None, help="fixed number of draft tokens (default: adaptive)")
     g.add_argument("--no-spec", action="store_true", help="plain decoding, no draft model")
 
@@ -54,11 +92,17 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         k=args.k,
         speculative=not args.no_spec,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
     )
 
 
-def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] | None = None) -> Engine:
-    """Load the engine a command's model options describe."""
+def engine_from_args(
+    args: argparse.Namespace, progress: Callable[[str], None] | None = None, *, isolated: bool = False
+) -> Engine:
+    """Load the engine a command's model options describe (`isolated`: in a child process)."""
     setup_logging(args.verbose)
     if args.target is None and args.draft is not None:
         raise EdgespecError("--draft needs --target (or use --pair NAME)")
@@ -74,11 +118,14 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
             threads=args.threads,
             k=args.k,
             lookup=not args.no_lookup,
+            isolated=isolated,
+            rpc=args.rpc or (),
         )
     return Engine.from_pair(
         args.pair or "demo",
         args.config,
         with_draft=not args.no_spec,
+        isolated=isolated,
         progress=progress,
         n_ctx=args.n_ctx,
         n_gpu_layers=args.n_gpu_layers,
@@ -86,6 +133,7 @@ def engine_from_args(args: argparse.Namespace, progress: Callable[[str], None] |
         threads=args.threads,
         k=args.k,
         lookup=False if args.no_lookup else None,
+        rpc=args.rpc,
     )
 
 

@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -57,8 +58,10 @@ def _init() -> None:
 
 
 def supports_gpu_offload() -> bool:
+    """This build can offload to a GPU of this machine (llama.cpp's own answer also counts
+    RPC servers, which say nothing about this machine)."""
     _init()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return bool(llama_cpp.llama_supports_gpu_offload()) and bool(local_devices())
 
 
 def gpu_fallback_warning(n_gpu_layers: int) -> str | None:
@@ -94,7 +97,10 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         threads: int | None = None,
         n_batch: int = 512,
+        devices: Sequence[int] | None = None,
     ) -> None:
+        """`devices`: the ggml devices (from `rpc_devices`, `local_gpu_devices`) the layers may
+        go to; None: every device llama.cpp knows."""
         _init()
         self.path = str(path)
         self._model = None
@@ -102,6 +108,9 @@ class LlamaModel:
         self._batch = None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        if devices is not None:  # a NULL-terminated list, kept alive as long as the model
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         # No "extra" buffer types (weight repacking for AMX etc.): on CPUs that report AMX,
         # this llama.cpp's AMX matmul segfaults on batches of more than one token, and every
         # verify batch is one. The native bench anchors run with the same setting (--no-repack).
@@ -109,7 +118,7 @@ class LlamaModel:
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {self.path}; check it is a complete GGUF model file")
-        self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() else 0
+        self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         cparams = llama_cpp.llama_context_default_params()
@@ -138,6 +147,7 @@ class LlamaModel:
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self._grammar_tokenizer: Any = None
 
     # -- lifetimes -------------------------------------------------------------
     def close(self) -> None:
@@ -245,6 +255,19 @@ class LlamaModel:
         ptr = llama_cpp.llama_model_chat_template(self._model, None)
         return ptr.decode("utf-8", "replace") if ptr else None
 
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's tokenizer over this model's vocabulary (for structured output), built
+        once on first use (about half a second for a 49k vocabulary)."""
+        if self._grammar_tokenizer is None:
+            import warnings
+
+            import llguidance.llamacpp
+
+            with warnings.catch_warnings():  # it asks llama_token_get_attr, deprecated, once per token
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self._vocab)
+        return self._grammar_tokenizer
+
 
 def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None = None) -> None:
     """Write `src` re-encoded as `qtype` (llama.cpp's quantizer; F32 dequantizes)."""
@@ -256,3 +279,100 @@ def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None =
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise BackendError(f"llama.cpp could not quantize {src} to {qtype} (code {rc}); run with --verbose")
+
+
+# -- RPC: llama.cpp's rpc-server and its devices, through ggml's backend registry ----------
+_DEV_CPU, _DEV_GPU, _DEV_IGPU = 0, 1, 2
+_ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+_START_SERVER = ctypes.CFUNCTYPE(
+    None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
+)
+_rpc_lock = threading.Lock()
+_rpc_registered: dict[str, list[int]] = {}
+RPC_REBUILD = (
+    "this llama-cpp-python build has no RPC backend; `make setup` builds it with -DGGML_RPC=ON, or: "
+    "CMAKE_ARGS='-DGGML_RPC=ON' pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36"
+)
+
+
+def _ggml() -> Any:
+    """ggml's library as llama-cpp-python loads it, with the prototypes used here."""
+    from llama_cpp._ggml import libggml
+
+    if not getattr(libggml, "_edgespec_typed", False):
+        vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
+        for name, res, args in (
+            ("ggml_backend_reg_by_name", vp, [cp]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, cp]),
+            ("ggml_backend_register", None, [vp]),
+            ("ggml_backend_reg_dev_count", sz, [vp]),
+            ("ggml_backend_reg_dev_get", vp, [vp, sz]),
+            ("ggml_backend_dev_count", sz, []),
+            ("ggml_backend_dev_get", vp, [sz]),
+            ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+            ("ggml_backend_dev_name", cp, [vp]),
+            ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+        ):
+            fn = getattr(libggml, name)
+            fn.restype, fn.argtypes = res, args
+        libggml._edgespec_typed = True
+    return libggml
+
+
+def _rpc_proc(name: str) -> int:
+    _init()
+    lib = _ggml()
+    reg = lib.ggml_backend_reg_by_name(b"RPC") if llama_cpp.llama_supports_rpc() else None
+    proc = lib.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
+    if not proc:
+        raise BackendError(RPC_REBUILD)
+    return int(proc)
+
+
+def rpc_devices(endpoint: str) -> list[int]:
+    """The devices of the rpc-server at `endpoint` ("host:port"), registered with ggml once
+    per process (what llama.cpp's own --rpc does). Check the endpoint is reachable first."""
+    with _rpc_lock:
+        if endpoint not in _rpc_registered:
+            reg = _ADD_SERVER(_rpc_proc("ggml_backend_rpc_add_server"))(endpoint.encode())
+            if not reg:
+                raise BackendError(f"the RPC server at {endpoint} offered no device (is it an rpc-server?)")
+            lib = _ggml()
+            lib.ggml_backend_register(reg)
+            _rpc_registered[endpoint] = [
+                int(lib.ggml_backend_reg_dev_get(reg, i)) for i in range(lib.ggml_backend_reg_dev_count(reg))
+            ]
+        return list(_rpc_registered[endpoint])
+
+
+def device_memory(device: int) -> tuple[int, int]:
+    """(free, total) bytes of a device (an RPC device asks its server)."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _ggml().ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(total))
+    return int(free.value), int(total.value)
+
+
+def local_devices(*types: int) -> list[int]:
+    """This machine's devices of those types (the default: its GPUs, none on a CPU build),
+    RPC devices left out: where a draft goes beside a remote target."""
+    _init()
+    lib = _ggml()
+    remote = {d for devs in _rpc_registered.values() for d in devs}
+    devs = (int(lib.ggml_backend_dev_get(i)) for i in range(lib.ggml_backend_dev_count()))
+    return [d for d in devs if d not in remote and lib.ggml_backend_dev_type(d) in (types or (_DEV_GPU, _DEV_IGPU))]
+
+
+def serve_rpc(endpoint: str, threads: int, cache_dir: str | None = None) -> None:
+    """Run llama.cpp's RPC server on `endpoint` until the process ends (blocks; no return).
+    It serves this machine's GPUs, or its CPU when it has none, as llama.cpp's rpc-server."""
+    start = _START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
+    devices = local_devices() or local_devices(_DEV_CPU)[:1]
+    if not devices:
+        raise BackendError("llama.cpp found no device to serve")
+    arr = (ctypes.c_void_p * len(devices))(*devices)
+    start(endpoint.encode(), cache_dir.encode() if cache_dir else None, threads, len(devices), arr)
+
+
+def device_names(devices: Sequence[int]) -> list[str]:
+    lib = _ggml()
+    return [lib.ggml_backend_dev_name(d).decode("utf-8", "replace") for d in devices]

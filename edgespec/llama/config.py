@@ -16,6 +16,7 @@ from typing import Any
 from ..core import defaults
 from ..core.errors import ConfigError
 from .ggml_types import QUANTIZE_FTYPES
+from .rpc import parse_endpoints
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +53,7 @@ class ModelEntry:
     quantize: str | None = None
     n_gpu_layers: int = 0
     threads: int | None = None  # the target's setting applies to both models of a pair
+    rpc: tuple[str, ...] = ()  # rpc-servers ("host:port") for the layers, as a target
 
     def location(self) -> Path:
         """Where the GGUF is (a user's path) or will be once prepared (the cache)."""
@@ -149,7 +151,7 @@ def _get(t: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str, 
 
 def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
     where = f"{source}: models.{name}"
-    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads"}
+    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads", "rpc"}
     if unknown:
         raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key")
     sources = [k for k in ("path", "wheel", "derive") if k in t]
@@ -170,6 +172,7 @@ def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
         q,
         _get(t, "n_gpu_layers", int, where, 0),
         _get(t, "threads", int, where),
+        parse_endpoints(_get(t, "rpc", (list, str), where)) if "rpc" in t else (),
     )
 
 

@@ -22,12 +22,21 @@ from ..core import defaults
 from ..core.info import EngineInfo, GpuOffload
 from .config import load_config
 from .gguf_file import describe, read_gguf
-from .pair import QuantReport, check_tokenizers, memory_preflight, pair_verdict, quantization_report
+from .pair import (
+    QuantReport,
+    check_tokenizers,
+    memory_preflight,
+    pair_verdict,
+    quantization_report,
+    remote_memory_check,
+)
+from .rpc import check_reachable, parse_endpoints
 
 if TYPE_CHECKING:
     from .backend import LlamaModel
 
 log = logging.getLogger("edgespec")
+ALL_LAYERS = 999  # n_gpu_layers beyond any model's layer count: all of them
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class LoadOptions:
     p_min: float = 0.0
     name: str | None = None
     lookup: bool = True  # prompt lookup drafts
+    rpc: tuple[str, ...] = ()  # rpc-servers ("host:port") for the target's layers; the draft stays here
 
 
 @dataclass
@@ -66,17 +76,32 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
         quant = quantization_report(t_info, d_info)
         warnings += quant.warnings
     draft_layers = o.n_gpu_layers if o.draft_n_gpu_layers is None else o.draft_n_gpu_layers
-    memory_preflight(t_info, d_info, o.n_ctx, target_gpu_layers=o.n_gpu_layers, draft_gpu_layers=draft_layers)
+    # over RPC every target layer goes to the servers unless n_gpu_layers says how many
+    t_layers = o.n_gpu_layers or (ALL_LAYERS if o.rpc else 0)
+    if o.rpc:
+        draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
+        check_reachable(o.rpc)
+    memory_preflight(t_info, d_info, o.n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 
     from . import backend  # native code only after every check passed
 
-    note = backend.gpu_fallback_warning(max(o.n_gpu_layers, draft_layers))
+    remote = [d for endpoint in o.rpc for d in backend.rpc_devices(endpoint)] or None
+    if remote is not None:
+        free = {e: sum(backend.device_memory(d)[0] for d in backend.rpc_devices(e)) for e in o.rpc}
+        remote_memory_check(t_info, o.n_ctx, t_layers, free)
+    note = backend.gpu_fallback_warning(max(0 if o.rpc else t_layers, draft_layers))
     if note:
         warnings.append(note)
-    t_model = backend.LlamaModel(target, n_ctx=o.n_ctx, n_gpu_layers=o.n_gpu_layers, threads=o.threads)
+    t_model = backend.LlamaModel(target, n_ctx=o.n_ctx, n_gpu_layers=t_layers, threads=o.threads, devices=remote)
     try:
         d_model = (
-            backend.LlamaModel(draft, n_ctx=o.n_ctx, n_gpu_layers=draft_layers, threads=o.threads)
+            backend.LlamaModel(
+                draft,
+                n_ctx=o.n_ctx,
+                n_gpu_layers=draft_layers,
+                threads=o.threads,
+                devices=backend.local_devices() if o.rpc else None,
+            )
             if draft is not None
             else None
         )
@@ -91,6 +116,7 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
             supported=backend.supports_gpu_offload(),
             target_layers=t_model.n_gpu_layers,
             draft_layers=d_model.n_gpu_layers if d_model is not None else 0,
+            rpc=o.rpc,
         ),
         n_ctx=t_model.n_ctx,
         threads=t_model.threads,
@@ -123,10 +149,13 @@ def pair_files(
         p_min=pair.p_min if pair.p_min is not None else 0.0,
         name=name,
         lookup=pair.lookup,
+        rpc=t_entry.rpc,
     )
     known = {f.name for f in dataclasses.fields(LoadOptions)}
     unknown = set(overrides) - known
     if unknown:
         raise TypeError(f"unknown load option {sorted(unknown)[0]!r}")
+    if overrides.get("rpc"):
+        overrides["rpc"] = parse_endpoints(overrides["rpc"])
     options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     return target, draft, options

@@ -12,6 +12,7 @@ fit. `pair_verdict` gathers all of it for `edgespec inspect TARGET DRAFT`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +197,20 @@ def memory_preflight(
             f"but only {est.available / GIB:.2f} GiB is available; {GPU_HINT}"
         )
     return est
+
+
+def remote_memory_check(target: GGUFInfo, n_ctx: int, gpu_layers: int, free: Mapping[str, int]) -> int:
+    """The bytes the target's offloaded layers need on the RPC servers (weights and KV cache);
+    raise if more than the servers have free in all. `free`: endpoint -> free bytes."""
+    share = 1.0 - _host_share(target, gpu_layers)
+    need = int((target.file_size + kv_cache_bytes(target, n_ctx, "f16")) * share)
+    if need > sum(free.values()):
+        have = ", ".join(f"{e}: {b / GIB:.2f} GiB free" for e, b in free.items())
+        raise MemoryPreflightError(
+            f"the target needs about {need / GIB:.2f} GiB on the RPC servers ({have}); "
+            "add a server, lower --n-gpu-layers to keep some layers here, or lower --n-ctx"
+        )
+    return need
 
 
 def _host_share(info: GGUFInfo, gpu_layers: int) -> float:

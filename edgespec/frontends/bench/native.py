@@ -302,7 +302,7 @@ def parse_llama_bench_json(text: str) -> dict[str, Any]:
 
 def run_speculative_simple(
     target: str | os.PathLike[str],
-    draft: str | os.PathLike[str],
+    draft: str | os.PathLike[str] | None,
     prompt: str,
     n_predict: int = 256,
     temperature: float = 0.0,
@@ -314,19 +314,22 @@ def run_speculative_simple(
     flash_attn: str | None = None,
     ignore_eos: bool = False,
     timeout: float = 1800,
+    spec_type: str = "draft-simple",
 ) -> dict[str, Any]:
-    """Native speculation (draft-simple) in a fresh process; speed and acceptance.
+    """Native speculation in a fresh process; speed and acceptance.
 
-    Flags: `--spec-type draft-simple --spec-draft-n-max N --spec-draft-n-min M`
-    (this llama.cpp removed `--draft-max/--draft-min`). The prompt is used
+    Flags: `--spec-type TYPE --spec-draft-n-max N --spec-draft-n-min M` (this
+    llama.cpp removed `--draft-max/--draft-min`). TYPE is draft-simple (needs
+    `draft`), one of the n-gram types (ngram-simple, ngram-map-k, ngram-mod: no
+    draft model), or a chain such as "ngram-mod,draft-simple". The prompt is used
     verbatim (no chat template): pass it already formatted. The binary stops
     once it has *exceeded* n_predict, so n_decoded can reach n_predict + n_max.
     """
     t = str(_threads(threads))
     cmd = [
         str(binary("llama-speculative-simple")),
-        "-m", str(_check_model(target)), "-md", str(_check_model(draft)),
-        "--spec-type", "draft-simple", "--spec-draft-n-max", str(n_max),
+        "-m", str(_check_model(target)), *(["-md", str(_check_model(draft))] if draft is not None else []),
+        "--spec-type", spec_type, "--spec-draft-n-max", str(n_max),
         "--spec-draft-n-min", str(n_min), "-p", prompt, "-n", str(n_predict),
         "-c", str(ctx_size), "--temp", str(temperature), "--seed", str(seed),
         "-t", t, "-td", t,

@@ -12,6 +12,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .copying import markdown as copying_markdown
+from .copying import ratio
+
 
 def _fixed(cell: dict) -> dict[int, float]:
     return {int(k): v["tokens_per_s"] for k, v in cell["edgespec"].items() if k.isdigit() and int(k) > 0}
@@ -88,10 +91,6 @@ def summarize(result: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def _r(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}x" if a and b else "n/a"
-
-
 def markdown(result: dict) -> str:
     rows = summarize(result)
     out = [
@@ -110,9 +109,9 @@ def markdown(result: dict) -> str:
         out.append(
             f"| {r['prompt']} | {r['T']} | {npl} | {ns} | {r['edgespec_k0']:.1f} "
             f"| {r['best_fixed']:.1f} (K={r['best_k']}) | {r['adaptive']:.1f} "
-            f"| {_r(r['adaptive'], r['native_plain'])} | {_r(r['adaptive'], r['native_spec_best'])} "
-            f"| {_r(r['best_fixed'], r['native_plain'])} | {_r(r['best_fixed'], r['native_spec_best'])} "
-            f"| {_r(r['adaptive'], r['best_fixed'])} | {_r(r['adaptive'], r['median_fixed'])} "
+            f"| {ratio(r['adaptive'], r['native_plain'])} | {ratio(r['adaptive'], r['native_spec_best'])} "
+            f"| {ratio(r['best_fixed'], r['native_plain'])} | {ratio(r['best_fixed'], r['native_spec_best'])} "
+            f"| {ratio(r['adaptive'], r['best_fixed'])} | {ratio(r['adaptive'], r['median_fixed'])} "
             f"| {100 * r['python_share']:.0f}% |"
         )
     out += [
@@ -178,7 +177,7 @@ def markdown(result: dict) -> str:
         ]
         for name, v in bp["prompts"].items():
             p, a, k4 = v["plain"]["tokens_per_s"], v["adaptive"]["tokens_per_s"], v["k4"]["tokens_per_s"]
-            out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {_r(a, p)} |")
+            out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {ratio(a, p)} |")
     return "\n".join(out) + "\n"
 
 
@@ -210,5 +209,9 @@ def chart(result: dict, path: Path) -> None:
 
 
 def write_reports(result: dict, out: Path) -> None:
-    (out / "bench.md").write_text(markdown(result))
-    chart(result, out / "bench.png")
+    parts = [markdown(result)] if result.get("cells") else []
+    if result.get("lookup"):
+        parts.append("## Prompt lookup (tokens/s, median)\n\n" + copying_markdown(result["lookup"]))
+    (out / "bench.md").write_text("\n".join(parts))
+    if result.get("cells"):
+        chart(result, out / "bench.png")

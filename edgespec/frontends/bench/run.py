@@ -27,6 +27,8 @@ from typing import Any
 
 from edgespec import EdgespecError, Engine
 
+from .copying import PROMPTS as COPYING_PROMPTS
+from .copying import lookup_cells
 from .simulate import MACHINES, PROFILES
 
 PROMPTS = {
@@ -36,6 +38,7 @@ PROMPTS = {
 }
 P_MIN_VALUES = (0.0, 0.3, 0.6)
 QUANT_DRAFTS = ("smollm2-135m-q8_0", "smollm2-135m-q4_1", "smollm2-135m-q2_k")
+LOOKUP_PROMPTS = tuple(COPYING_PROMPTS)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-p-min", action="store_true", help="skip the fixed p_min rows")
     p.add_argument("--no-native", action="store_true", help="skip llama.cpp's own binaries")
+    p.add_argument(
+        "--lookup-prompts",
+        default=",".join(LOOKUP_PROMPTS),
+        help="prompts of the prompt-lookup section ('' to skip it)",
+    )
+    p.add_argument("--only-lookup", action="store_true", help="run the prompt-lookup section only")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--simulate", action="store_true", help="simulated machines instead of models (no llama.cpp)")
@@ -191,6 +200,10 @@ def _check_args(args: argparse.Namespace, cfg: Any) -> None:
     for name in _names(args.prompts):
         if name not in PROMPTS:
             raise EdgespecError(f"no bench prompt named {name!r} (--prompts); known: {', '.join(PROMPTS)}")
+    for name in _names(args.lookup_prompts):
+        if name not in COPYING_PROMPTS:
+            known = ", ".join(COPYING_PROMPTS)
+            raise EdgespecError(f"no lookup prompt named {name!r} (--lookup-prompts); known: {known}")
     for name in _names(args.quant_drafts):
         if name not in cfg.models:
             raise EdgespecError(f"no model named {name!r} in {cfg.source} (--quant-drafts)")
@@ -245,12 +258,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads,
             repeats=1,  # the cells run it again, interleaved
         )
-    with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
-        result["threads"] = engine.info().threads
-        result["cells"] = bench_cells(args, engine, (target, draft), native)
-        result["p_min"] = [] if args.no_p_min else p_min_table(args, engine)
-    result["quantization"] = quant_table(args, cfg)
-    result["bad_pair"] = bad_pair(args)
+    if args.lookup_prompts:
+        result["lookup"] = lookup_cells(
+            (target, draft),
+            temps=[float(t) for t in _names(args.temps)],
+            prompts=_names(args.lookup_prompts),
+            tokens=args.tokens,
+            repeats=args.repeats,
+            native=native,
+            threads=args.threads,
+            log=_log,
+        )
+    if not args.only_lookup:
+        with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
+            result["threads"] = engine.info().threads
+            result["cells"] = bench_cells(args, engine, (target, draft), native)
+            result["p_min"] = [] if args.no_p_min else p_min_table(args, engine)
+        result["quantization"] = quant_table(args, cfg)
+        result["bad_pair"] = bad_pair(args)
     (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
     write_reports(result, out)
     print((out / "bench.md").read_text())

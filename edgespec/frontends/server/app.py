@@ -30,18 +30,20 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from edgespec import ContextFullError, EdgespecError, Engine, StreamEvent, defaults
+from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, ToolSet, defaults
 
-from .fields import ChatRequest, CompletionRequest, Sampling, explain, message_text
+from .fields import ChatRequest, CompletionRequest, Sampling, explain
 from .guard import Guard, allowed_host_names, check_bind, error_body
 from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
 from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
 
 log = logging.getLogger("edgespec.server")
+RETRY_AFTER_S = 2  # what /health suggests while the engine restarts
 
 DEFAULTS: dict[str, Any] = dict(
     max_tokens=defaults.MAX_TOKENS,
     **defaults.SAMPLING,
+    **defaults.PENALTIES,
     seed=None,
     k=None,
     speculative=True,
@@ -102,8 +104,12 @@ def create_app(
     card = {"id": engine.name, "object": "model", "created": 0, "owned_by": "edgespec"}
 
     @app.get("/health", responses=ERRORS)
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> Response:
+        # "restarting": the engine's process died and a new one is loading the models
+        state = engine.state
+        if state == "ok":
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.get("/v1/models", responses=ERRORS)
     async def models() -> dict[str, Any]:
@@ -126,13 +132,13 @@ def create_app(
 
     @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
-        # "developer" is OpenAI's newer name for "system", which chat templates know
-        messages = [
-            {"role": "system" if m.role == "developer" else m.role, "content": message_text(m.content)}
-            for m in body.messages
-        ]
+        messages = [m.for_template() for m in body.messages]
+        tools = engine.tools(body.tools, body.tool_choice, parallel=body.parallel_tool_calls is True)
+        if tools is not None and body.response_format and body.engine_json_schema() is not None:
+            raise EdgespecError("tools cannot be combined with a JSON response_format; send one of them")
+        fmt = ChatFormat(engine.name, engine.piece, tools)
         limit = min(body.max_completion_tokens or body.max_tokens or options["max_tokens"], max_tokens_cap)
-        return await _complete(queue, request, body, ChatFormat(engine.name), messages, limit, options)
+        return await _complete(queue, request, body, fmt, messages, limit, options)
 
     @app.post("/v1/completions", responses=COMPLETION_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -140,17 +146,22 @@ def create_app(
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]  # a batch of one
         limit = min(body.max_tokens or options["max_tokens"], max_tokens_cap)
-        return await _complete(queue, request, body, TextFormat(engine.name), prompt, limit, options)
+        return await _complete(queue, request, body, TextFormat(engine.name, engine.piece), prompt, limit, options)
 
     return app
 
 
 def _engine_options(body: Sampling, max_tokens: int | None, options: dict[str, Any], n_ctx: int) -> dict:
     opts = dict(options)
-    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop"):
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "k", "speculative", "stop", *defaults.PENALTIES):
         value = getattr(body, name)
         if value is not None:
             opts[name] = value
+    opts["logit_bias"] = body.engine_logit_bias()
+    opts["logprobs"] = body.engine_logprobs()
+    schema = getattr(body, "engine_json_schema", lambda: None)()
+    if schema is not None:
+        opts["json_schema"] = schema
     # past what the context holds, the engine stops at its end with finish_reason "length"
     opts["max_tokens"] = min(max_tokens or opts["max_tokens"], n_ctx)
     if opts["seed"] == -1:
@@ -175,9 +186,9 @@ def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
         )
 
 
-def _prompt_tokens(engine: Engine, prompt: Any, raw: bool) -> list[int]:
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None) -> list[int]:
     """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
-    tokens = engine.tokenize(prompt, raw=raw)
+    tokens = engine.tokenize(prompt, raw=raw, tools=tools)
     if len(tokens) >= engine.n_ctx:
         raise ContextFullError(
             f"the prompt is {len(tokens)} tokens but the context holds {engine.n_ctx}; "
@@ -198,9 +209,12 @@ async def _complete(
     engine = queue.engine
     opts = _engine_options(body, max_tokens, options, engine.n_ctx)
     raw = isinstance(fmt, TextFormat)
+    tools = fmt.tools if isinstance(fmt, ChatFormat) else None
+    if tools is not None:
+        opts["tools"] = tools
     queue.check_room()  # a 503 costs no tokenizing
     _check_prompt_size(prompt, engine.n_ctx)
-    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw))
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools))
     job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
@@ -211,12 +225,15 @@ async def _complete(
         return _EventStream(job, _sse(job, first, fmt))
     try:
         parts, event = [first.text], first
+        lps = None if first.logprobs is None else list(first.logprobs)
         while event.finish_reason is None and not job.gone:
             event = await job.next()
             parts.append(event.text)
+            if lps is not None and event.logprobs is not None:
+                lps += event.logprobs
     finally:
         job.close()
-    return JSONResponse(fmt.whole("".join(parts), event))
+    return JSONResponse(fmt.whole("".join(parts), event, lps))
 
 
 class _EventStream(StreamingResponse):
@@ -240,8 +257,8 @@ class _EventStream(StreamingResponse):
 async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
     yield sse_data(fmt.chunk(None, None, first=True))
     while True:
-        if event.text:
-            yield sse_data(fmt.chunk(event.text, None))
+        for chunk in fmt.chunks(event):
+            yield sse_data(chunk)
         if event.finish_reason is not None:
             yield sse_data(fmt.chunk(None, event))
             break
@@ -250,13 +267,23 @@ async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
         try:
             event = await job.next()
         except EdgespecError as err:  # headers are out: report in-band, as OpenAI does
-            yield sse_data(error_body(400, str(err)))
+            yield sse_data(_error_chunk(fmt))
+            crashed = isinstance(err, EngineCrashed)
+            yield sse_data(error_body(503 if crashed else 400, str(err), code="engine_crashed" if crashed else None))
             break
         except Exception:
             log.exception("generation failed")
+            yield sse_data(_error_chunk(fmt))
             yield sse_data(error_body(500, "internal error while generating; see the server log"))
             break
     yield "data: [DONE]\n\n"
+
+
+def _error_chunk(fmt: Format) -> dict[str, Any]:
+    """The last chunk of a stream that an error ended: finish_reason "error"."""
+    chunk = fmt.chunk(None, None)
+    chunk["choices"][0]["finish_reason"] = "error"
+    return chunk
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -277,6 +304,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def user_error(_: Request, exc: EdgespecError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, ContextFullError) else None
         return error(400, str(exc), code=code)
+
+    @app.exception_handler(EngineCrashed)
+    async def crashed(_: Request, exc: EngineCrashed) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)}
+        return error(503, str(exc), code="engine_crashed", headers=headers)
 
     @app.exception_handler(QueueFull)
     async def busy(_: Request, exc: QueueFull) -> JSONResponse:

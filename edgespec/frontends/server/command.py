@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from edgespec import EdgespecError, defaults
+from edgespec import EdgespecError, Engine, defaults
 from edgespec.frontends import options as shared
 
 
@@ -24,6 +24,7 @@ def add_parser(sub: Any) -> None:
         "options are defaults for fields a request leaves out.",
     )
     shared.add_model_args(p)
+    shared.add_isolation_arg(p)
     shared.add_sampling_args(p)
     g = p.add_argument_group("server")
     g.add_argument(
@@ -67,17 +68,25 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import create_app
     from .guard import check_bind
-    from .limits import uvicorn_config
 
     api_key = args.api_key or os.environ.get("EDGESPEC_API_KEY") or None
     check_bind(args.host, api_key)  # before minutes of model loading
     if not 0 < args.port < 65536:
         raise EdgespecError(f"--port must be between 1 and 65535 (got {args.port})")
-    engine = shared.engine_from_args(args)
+    engine = shared.engine_from_args(args, isolated=not args.in_process)
+    try:
+        return _serve(args, engine, api_key)
+    finally:
+        engine.close()
+
+
+def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .limits import uvicorn_config
+
     for w in engine.warnings:
         print(f"warning: {w}", file=sys.stderr)
     app = create_app(

@@ -1,11 +1,11 @@
 """The request models: every OpenAI field the server reads, honours or refuses.
 
-A field is either honoured, an extension (top_k, min_p, speculative, k),
-accepted with no effect (model, user, metadata: they change nothing about the
-answer), or refused with a 400 that says why: a field whose value would
-change the answer in a way the server cannot (images, n > 1, tools,
-response_format, logprobs, penalties, logit_bias, audio, web search, echo,
-best_of, suffix) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
+A field is either honoured, an extension (top_k, min_p, repeat_penalty,
+repeat_last_n, speculative, k), accepted with no effect (model, user,
+metadata: they change nothing about the answer), or refused with a 400 that
+says why: a field whose value would change the answer in a way the server
+cannot (images, n > 1, audio, web search, echo, best_of, suffix, the legacy
+`functions`) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
 expect. `reject` is how a check here words its own 400; wrong types fail
 pydantic's validation (the app answers both in OpenAI's error shape).
 """
@@ -81,12 +81,19 @@ class Sampling(BaseModel):
     def _honourable(self) -> Sampling:
         if self.n is not None and self.n > 1:
             _unsupported("n", "one choice per request here; send n requests (with different seeds) instead")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):
-                _unsupported(name, "repetition penalties are not implemented; leave it at 0")
-        if self.logit_bias:
-            _unsupported("logit_bias", "token biases are not implemented; leave it empty")
+        for key, value in (self.logit_bias or {}).items():
+            if not key.isdigit():
+                reject(f"logit_bias keys are token ids (as strings, like \"50256\"); got '{key}'", "logit_bias")
+            if not -defaults.LOGIT_BIAS_LIMIT <= value <= defaults.LOGIT_BIAS_LIMIT:
+                reject(f"logit_bias values must be between -100 and 100 (token {key}: {value})", "logit_bias")
         return self
+
+    def engine_logit_bias(self) -> dict[int, float] | None:
+        return {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
+
+    def engine_logprobs(self) -> int | None:
+        """`Engine.stream`'s logprobs: None (none), or how many alternatives per token."""
+        return None
 
     model: str | None = Field(None, description="accepted and ignored: the server serves the pair it loaded")
     max_tokens: int | None = Field(
@@ -103,9 +110,24 @@ class Sampling(BaseModel):
     stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOPS)] | None = None
     stream: bool | None = False
     n: int | None = Field(None, ge=1, description="only 1 is supported")
-    presence_penalty: float | None = Field(None, description="only 0 is supported")
-    frequency_penalty: float | None = Field(None, description="only 0 is supported")
-    logit_bias: dict[str, float] | None = Field(None, description="only empty is supported")
+    presence_penalty: float | None = Field(
+        None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
+    )
+    frequency_penalty: float | None = Field(
+        None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
+    )
+    repeat_penalty: float | None = Field(
+        None,
+        ge=defaults.REPEAT_PENALTY_RANGE[0],
+        le=defaults.REPEAT_PENALTY_RANGE[1],
+        description=f"extension (llama.cpp's); 1 = off; default {defaults.REPEAT_PENALTY}",
+    )
+    repeat_last_n: int | None = Field(
+        None,
+        ge=-1,
+        description=f"extension; repeat_penalty's window, -1 = the whole context; default {defaults.REPEAT_LAST_N}",
+    )
+    logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in -100..100")
     speculative: bool | None = Field(None, description="extension; false: plain decoding")
     k: int | None = Field(None, ge=0, le=defaults.K_LIMIT, description="extension; fixed draft length")
 
@@ -114,6 +136,19 @@ class TextPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
     type: Literal["text"]
     text: str = ""
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(max_length=64)
+    arguments: str = "{}"  # JSON text, as OpenAI sends it
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(BaseModel):
@@ -134,46 +169,85 @@ class ChatMessage(BaseModel):
                 reject("images are not supported: the server runs a text-only model; send text parts", "messages")
             if isinstance(kind, str) and kind != "text":
                 reject(f"content parts of type '{kind}' are not supported; send text parts", "messages")
-        for name in ("tool_calls", "function_call"):
-            if data.get(name):
-                reject(f"'{name}' in a message is not supported: the server does not call tools", "messages")
+        if data.get("function_call"):
+            reject("'function_call' in a message is the legacy form: send 'tool_calls'", "messages")
         return data
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(None, description="an assistant's calls, in the history")
+    tool_call_id: str | None = Field(None, description="in a tool message: the call it answers")
+    name: str | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the engine takes it ("developer" is OpenAI's newer name for "system",
+        which chat templates know)."""
+        out: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role}
+        out["content"] = message_text(self.content)
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        for key in ("tool_call_id", "name"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
 
 class ChatRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="as max_tokens (and first, when both are set)")
-    response_format: dict[str, Any] | None = Field(None, description='only {"type": "text"} is supported')
-    tools: list[Any] | None = Field(None, description="not supported (only empty)")
-    tool_choice: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without tools')
-    functions: list[Any] | None = Field(None, description="not supported (only empty)")
-    function_call: str | dict[str, Any] | None = Field(None, description='only "none" or "auto" without functions')
-    logprobs: bool | None = Field(None, description="only false is supported")
-    top_logprobs: int | None = Field(None, description="only 0 is supported")
+    response_format: dict[str, Any] | None = Field(
+        None, description='{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}}'
+    )
+    tools: list[dict[str, Any]] | None = Field(None, description='[{"type": "function", "function": {...}}]')
+    tool_choice: str | dict[str, Any] | None = Field(
+        None, description='"auto" (default), "none", "required" or {"type": "function", "function": {"name": ...}}'
+    )
+    parallel_tool_calls: bool | None = Field(None, description="true: several calls per answer (default false)")
+    functions: list[Any] | None = Field(None, description="legacy: send tools")
+    function_call: str | dict[str, Any] | None = Field(None, description="legacy: send tool_choice")
+    logprobs: bool | None = Field(None, description="the log probability of each token of the answer")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=defaults.TOP_LOGPROBS_LIMIT, description="alternatives per token (with logprobs)"
+    )
     modalities: list[str] | None = Field(None, description='only ["text"] is supported')
     audio: dict[str, Any] | None = Field(None, description="not supported")
     web_search_options: dict[str, Any] | None = Field(None, description="not supported")
 
     @model_validator(mode="after")
     def _chat_honourable(self) -> ChatRequest:
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            _unsupported("response_format", "no constrained decoding (JSON mode, schemas) yet; ask in the prompt")
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                _unsupported(name, "the server does not call tools yet")
-        for name in ("tool_choice", "function_call"):
-            if getattr(self, name) not in (None, "none", "auto"):
-                _unsupported(name, "the server does not call tools yet")
-        if self.logprobs or self.top_logprobs:
-            _unsupported("logprobs" if self.logprobs else "top_logprobs", "log probabilities are not returned yet")
+        self.engine_json_schema()  # a malformed response_format is a 400 before the queue
+        if self.functions:
+            _unsupported("functions", "it is the legacy form of tools; send tools")
+        if self.function_call not in (None, "none", "auto"):
+            _unsupported("function_call", "it is the legacy form of tool_choice; send tool_choice")
+        if self.top_logprobs and not self.logprobs:
+            reject("top_logprobs needs logprobs: true", "top_logprobs")
         if self.modalities and set(self.modalities) != {"text"} or self.audio is not None:
             _unsupported("modalities" if self.modalities else "audio", "the server answers in text only")
         if self.web_search_options is not None:
             _unsupported("web_search_options", "the server does not search the web")
         return self
+
+    def engine_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def engine_json_schema(self) -> Any:
+        """`Engine.stream`'s json_schema for response_format: None (text), True (any JSON
+        object) or the schema; the schema itself is compiled (and refused) by the engine."""
+        fmt = self.response_format
+        if not fmt:
+            return None
+        kind = fmt.get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return True
+        if kind != "json_schema":
+            reject(f"response_format.type must be text, json_object or json_schema (got {kind!r})", "response_format")
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            reject("response_format.json_schema must be an object with a 'schema' object", "response_format")
+        return spec.get("schema") or True
 
 
 class CompletionRequest(Sampling):
@@ -181,7 +255,9 @@ class CompletionRequest(Sampling):
     echo: bool | None = Field(None, description="only false is supported")
     best_of: int | None = Field(None, ge=1, description="only 1 is supported")
     suffix: str | None = Field(None, description="only empty is supported")
-    logprobs: int | None = Field(None, ge=0, description="only 0 is supported")
+    logprobs: int | None = Field(
+        None, ge=0, le=5, description="the tokens' log probabilities, and this many alternatives"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -203,9 +279,10 @@ class CompletionRequest(Sampling):
             _unsupported("best_of", "one candidate per request here")
         if self.suffix:
             _unsupported("suffix", "no fill-in-the-middle")
-        if self.logprobs:
-            _unsupported("logprobs", "log probabilities are not returned yet")
         return self
+
+    def engine_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 def message_text(content: str | list[TextPart] | None) -> str:

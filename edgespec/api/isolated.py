@@ -1,0 +1,302 @@
+"""An engine in a child process: the same API, and a crash of native code is not the app's.
+
+`Engine.load(..., isolated=True)` / `Engine.from_pair(..., isolated=True)` return an
+`IsolatedEngine`. Both llama.cpp contexts and the decoder live in a child process
+started with the "spawn" method (never fork a process that holds llama.cpp state
+or threads), which loads the models itself from the same load arguments
+(edgespec.api.child). Only events cross the pipe (token ids, text, segments,
+stats), a few hundred bytes per speculative step.
+
+When the child dies (a signal, an abort in native code, the out-of-memory
+killer), every call waiting on it ends with `EngineCrashed` at once: a stream
+in progress raises it from its next event. The cause (exit code or signal) is
+logged, and the engine restarts by itself: a new child reloads the models,
+with a bounded number of attempts and growing pauses between them. Meanwhile
+`state` is "restarting" and new calls raise `EngineCrashed` (retry after
+`retry_after` seconds); then it is "ok" again, or "failed" when every attempt
+failed. A cancel that the child does not honour within `cancel_grace_s` (native
+code stuck in a long decode) kills the child, which then restarts the same way;
+the cancelled stream ends with finish_reason "cancelled".
+
+The child generates ahead of the consumer instead of waiting for each `next()`:
+its events queue in this process until read, and the engine's lock is held
+until the stream ends or is closed, as in process.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core import errors
+from ..core.errors import EdgespecError, EngineCrashed
+from ..core.events import Stats, StreamEvent
+from ..core.info import EngineInfo
+from ..core.sampling import SamplingParams
+from ..core.tools import ToolSet
+from ..llama.loading import LoadOptions
+from . import engine as _engine
+from .checks import check_params
+from .child import ChildSpec
+from .engine import Engine, Prompt
+from .generation import Generation
+from .process import ChildProcess
+
+__all__ = ["ChildSpec", "IsolatedEngine"]
+
+log = logging.getLogger("edgespec")
+CANCEL_GRACE_S = 5.0  # a cancel not honoured this long kills the child
+RESTARTS = 5  # attempts to start a new child after a crash
+BACKOFF_S = 1.0  # pause before the second attempt; doubles after each failure
+CALL_TIMEOUT_S = 120.0  # tokenize and friends; a live child answers in milliseconds
+_STREAM = inspect.signature(Engine.stream)
+
+
+class IsolatedEngine(Engine):
+    """An `Engine` whose models and decoder run in a child process (see the module docstring).
+
+    Built by `Engine.load(..., isolated=True)`, `Engine.from_pair(..., isolated=True)`, or
+    directly from a `ChildSpec` (files and load options, or an importable factory)."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        *,
+        cancel_grace_s: float = CANCEL_GRACE_S,
+        restarts: int = RESTARTS,
+        backoff_s: float = BACKOFF_S,
+    ) -> None:
+        # Engine.__init__ is not called: the models live in the child, and every public method
+        # that would touch them is overridden here
+        self._spec = spec
+        self.cancel_grace_s = cancel_grace_s
+        self._restarts = restarts
+        self._backoff_s = backoff_s
+        self._lock = threading.Lock()
+        self._running: Generation | None = None
+        self._closed = False
+        self._ids = itertools.count(1)
+        self._state = "starting"
+        self._failure = ""
+        self._load_s = 1.0
+        self.warnings: list[str] = []
+        self._child = self._start()
+        self._state = "ok"
+
+    @classmethod
+    def load(cls, target: str | Path, draft: str | Path | None = None, **options: Any) -> Engine:
+        """`Engine.load(..., isolated=True)`."""
+        return Engine.load(target, draft, **{**options, "isolated": True})
+
+    @classmethod
+    def from_pair(cls, name: str, config: str | Path | None = None, **options: Any) -> Engine:
+        """`Engine.from_pair(..., isolated=True)`."""
+        return Engine.from_pair(name, config, **{**options, "isolated": True})
+
+    # -- the child's life ------------------------------------------------------------------
+    def _start(self) -> ChildProcess:
+        level = min(logging.getLogger(n).getEffectiveLevel() for n in ("edgespec", "edgespec.llama"))
+        t0 = time.monotonic()
+        child = ChildProcess(self, self._spec, level)
+        child.ready.wait()
+        if child.load_error is not None:
+            child.closing = True
+            child.process.join(10)
+            raise _error(*child.load_error)
+        if child.dead is not None:
+            raise EngineCrashed(f"the engine process died while loading the models ({child.cause})")
+        self._load_s = time.monotonic() - t0
+        facts = child.facts
+        self.name, self.n_ctx, self.lookup = facts["name"], facts["n_ctx"], facts["lookup"]
+        self.default_k, self.p_min = facts["default_k"], facts["p_min"]
+        self._has_draft, self._info = facts["has_draft"], facts["info"]
+        self.warnings = list(facts["warnings"])
+        return child
+
+    def child_died(self, child: ChildProcess, cause: str) -> None:
+        """Runs on the dead child's reader thread: start a new child, a few times at most."""
+        if self._closed or child is not getattr(self, "_child", None):
+            return  # a death while loading is _start's to report
+        self._state = "restarting"
+        log.error("the engine process died (%s); restarting it", cause)
+        for attempt in range(self._restarts):
+            if attempt:
+                time.sleep(self._backoff_s * 2 ** (attempt - 1))
+            if self._closed:
+                return
+            try:
+                new = self._start()
+            except EdgespecError as err:
+                log.error("restart %d of %d failed: %s", attempt + 1, self._restarts, err)
+                self._failure = str(err)
+                continue
+            self._child = new
+            self._state = "ok"
+            if self._closed:
+                new.close()
+            log.warning("the engine restarted in %.1f s (process %s)", self._load_s, new.pid)
+            return
+        self._state = "failed"
+
+    @property
+    def state(self) -> str:
+        """ "ok", "starting", "restarting" (after a crash), "failed" (could not restart), "closed"."""
+        return "closed" if self._closed else self._state
+
+    @property
+    def pid(self) -> int | None:
+        """The child process's id (the one to watch, or to kill in a test)."""
+        return self._child.pid
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds a caller may wait before the engine is back after a crash (its last load time)."""
+        return max(1, math.ceil(self._load_s) + 1)
+
+    def _live_child(self) -> ChildProcess:
+        if self._closed:
+            raise EdgespecError("this engine is closed; load a new one")
+        if self._state == "failed":
+            raise EngineCrashed(f"the engine could not be restarted ({self._failure}); restart edgespec")
+        if self._state != "ok":
+            raise EngineCrashed("the engine is restarting after a crash; retry in a few seconds", self.retry_after)
+        return self._child
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        child = self._live_child()
+        cid = next(self._ids)
+        q = child.open(cid)
+        try:
+            child.send(("call", cid, method, args, kwargs))
+            try:
+                kind, _, *rest = q.get(timeout=CALL_TIMEOUT_S)
+            except queue.Empty:
+                raise EngineCrashed(f"the engine did not answer ({method}) within {CALL_TIMEOUT_S:g} s") from None
+        finally:
+            child.forget(cid)
+        if kind == "crashed":
+            raise EngineCrashed(rest[0], self.retry_after)
+        ok, value = rest
+        if not ok:
+            raise _error(*value)
+        return value
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._hold():
+            self._closed = True
+        self._child.close()
+
+    # -- the Engine API -----------------------------------------------------------------------
+    def info(self) -> EngineInfo:
+        return self._info  # type: ignore[no-any-return]
+
+    @property
+    def has_draft(self) -> bool:
+        return bool(self._has_draft)
+
+    @property
+    def can_speculate(self) -> bool:
+        return bool(self._has_draft or self.lookup)
+
+    def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
+        sent = prompt if isinstance(prompt, str) else list(prompt)  # any sequence crosses as a list
+        return self._call("tokenize", sent, raw=raw, tools=tools)  # type: ignore[no-any-return]
+
+    def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
+        return self._call("tools", tools, tool_choice, parallel=parallel)  # type: ignore[no-any-return]
+
+    def piece(self, token: int) -> bytes:
+        return self._call("piece", token)  # type: ignore[no-any-return]
+
+    def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
+        return self._call("chat_text", list(messages), tools=tools)  # type: ignore[no-any-return]
+
+    def reset(self) -> None:
+        with self._hold():
+            self._call("reset")
+
+    def stream(self, prompt: Prompt, **options: Any) -> Generation:
+        """As `Engine.stream`: options are checked and the prompt tokenized before it returns."""
+        args = _STREAM.bind(self, prompt, **options)  # unknown options: TypeError, as in process
+        args.apply_defaults()
+        opts = dict(args.arguments)
+        del opts["self"], opts["prompt"]
+        raw = opts.pop("raw")
+        params = SamplingParams(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
+        check_params(params, opts["max_tokens"], opts["k"])
+        tokens = self.tokenize(prompt, raw=raw, tools=opts["tools"])
+        return _Remote(self, tokens, opts)
+
+    def _run_remote(self, gen: _Remote, tokens: list[int], options: dict[str, Any]) -> Iterator[StreamEvent]:
+        with self._hold():
+            child = self._live_child()
+            q = child.open(gen.gid)
+            gen.child, self._running = child, gen
+            last: StreamEvent | None = None
+            ended = sent = False
+            try:
+                child.send(("run", gen.gid, tokens, options))
+                sent = True
+                if gen.cancelled.is_set():
+                    child.cancel(gen.gid, self.cancel_grace_s)
+                while not ended:
+                    kind, _, *rest = q.get()
+                    ended = kind != "event"
+                    if kind == "event":
+                        last = rest[0]
+                        yield rest[0]
+                    elif kind == "error":
+                        raise _error(rest[0], rest[1])
+                    elif kind == "crashed" and (last is None or last.finish_reason is None):
+                        if not gen.cancelled.is_set():
+                            raise EngineCrashed(rest[0], self.retry_after)
+                        stats = last.stats if last is not None else Stats()
+                        yield StreamEvent("", (), (), stats, "cancelled")
+            finally:
+                if sent and not ended:  # closed early: stop the child's stream, wait for its end
+                    finished = last is not None and last.finish_reason is not None
+                    child.cancel(gen.gid, self.cancel_grace_s, tell=not finished)
+                    while q.get()[0] == "event":
+                        pass
+                child.forget(gen.gid)
+                self._running = None
+
+
+class _Remote(Generation):
+    """A generation running in the child; `cancel()` reaches it at once."""
+
+    def __init__(self, engine: IsolatedEngine, tokens: list[int], options: dict[str, Any]) -> None:
+        self.gid = next(engine._ids)
+        self.child: ChildProcess | None = None
+        self._grace = engine.cancel_grace_s
+        super().__init__(lambda gen: engine._run_remote(self, tokens, options))
+
+    def cancel(self) -> None:
+        super().cancel()
+        if self.child is not None:
+            self.child.cancel(self.gid, self._grace)
+
+
+def _spawn(target: str | Path, draft: str | Path | None, options: LoadOptions) -> Engine:
+    return IsolatedEngine(ChildSpec(str(target), None if draft is None else str(draft), options))
+
+
+_engine._isolate = _spawn  # what Engine.load(isolated=True) and Engine.from_pair(isolated=True) call
+
+
+def _error(name: str, message: str) -> EdgespecError:
+    """The child's error as the same class here (every user-facing class is in core.errors)."""
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, EdgespecError)):
+        cls = EdgespecError
+    return cls(message)

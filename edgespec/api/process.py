@@ -1,0 +1,188 @@
+"""The parent's side of one engine process: start it, talk to it, notice its death.
+
+A `ChildProcess` starts `edgespec.api.child.main` with the "spawn" method and
+reads its pipe on one thread, which hands each message to the request waiting
+for it (a queue per generation or call), forwards the child's log records to
+this process's logging, kills the child when a cancelled generation has not
+ended within its grace period, and, when the child dies, gives every waiting
+request a "crashed" message and tells its owner (`IsolatedEngine`), which
+starts the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from multiprocessing import get_context
+from multiprocessing.connection import wait
+from typing import Any, Protocol
+
+from ..core.errors import EngineCrashed
+from . import child as child_side
+from .child import ChildSpec
+
+log = logging.getLogger("edgespec")
+POLL_S = 0.1  # how often the reader looks at cancel deadlines
+
+
+class Owner(Protocol):
+    """What a child process reports to (IsolatedEngine)."""
+
+    warnings: list[str]
+    cancel_grace_s: float
+
+    @property
+    def retry_after(self) -> int: ...
+
+    def child_died(self, child: ChildProcess, cause: str) -> None: ...
+
+
+class ChildProcess:
+    """One child process, and the thread that reads its pipe and notices its death."""
+
+    def __init__(self, owner: Owner, spec: ChildSpec, log_level: int) -> None:
+        ctx = get_context("spawn")
+        self.owner = owner
+        self.conn, theirs = ctx.Pipe()
+        self.process = ctx.Process(
+            target=child_side.main, args=(theirs, spec, log_level), name="edgespec-engine", daemon=True
+        )
+        self.process.start()
+        theirs.close()  # only the child holds its end: its death ends the pipe
+        self.ready = threading.Event()
+        self.facts: dict[str, Any] = {}
+        self.load_error: tuple[str, str] | None = None
+        self.dead: str | None = None  # the message for callers, once it died
+        self.cause = ""  # why it died: the signal or exit code
+        self.killed_for: str | None = None
+        self.closing = False
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, queue.Queue[tuple]] = {}
+        self._deadlines: dict[int, float] = {}
+        threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe").start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    # -- talking to it -------------------------------------------------------------------
+    def open(self, rid: int) -> queue.Queue[tuple]:
+        with self._lock:
+            if self.dead is not None:
+                raise EngineCrashed(self.dead, self.owner.retry_after)
+            q: queue.Queue[tuple] = queue.Queue()
+            self._pending[rid] = q
+            return q
+
+    def forget(self, rid: int) -> None:
+        with self._lock:
+            self._pending.pop(rid, None)
+            self._deadlines.pop(rid, None)
+
+    def send(self, message: tuple) -> None:
+        try:
+            with self._send_lock:
+                self.conn.send(message)
+        except (OSError, ValueError) as err:  # a dead child's pipe; its reader reports the death
+            gone = self.dead or "the engine process is gone; retry in a few seconds"
+            raise EngineCrashed(gone, self.owner.retry_after) from err
+
+    def cancel(self, gid: int, grace_s: float, *, tell: bool = True) -> None:
+        """Stop `gid`, and kill the child if it has not ended the stream `grace_s` from now."""
+        with self._lock:
+            if gid not in self._pending:
+                return
+            self._deadlines.setdefault(gid, time.monotonic() + grace_s)
+        if tell:
+            try:
+                self.send(("cancel", gid))
+            except EngineCrashed:
+                pass
+
+    def kill(self, reason: str) -> None:
+        self.killed_for = self.killed_for or reason
+        self.process.kill()
+
+    def close(self) -> None:
+        self.closing = True
+        try:
+            self.send(("close",))
+        except EngineCrashed:
+            pass
+        self.process.join(10)
+        if self.process.is_alive():
+            self.kill("closing")
+            self.process.join(5)
+
+    # -- the reader thread -----------------------------------------------------------------
+    def _read(self) -> None:
+        sentinel = self.process.sentinel
+        while True:
+            ready = wait([self.conn, sentinel], timeout=POLL_S)
+            self._check_deadlines()
+            if self.conn in ready:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    break
+                except Exception:  # a message that does not unpickle: the protocol is broken
+                    log.exception("unreadable message from the engine process")
+                    self.kill("it sent a message that could not be read")
+                    continue
+                self._dispatch(message)
+            elif sentinel in ready:
+                break
+        self.process.join(5)
+        self.conn.close()  # here, not in close(): this thread may be waiting on it
+        self._died()
+
+    def _dispatch(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "log":
+            logging.getLogger(message[2]).log(message[1], "%s", message[3])
+        elif kind == "ready":
+            self.facts = message[1]
+            self.ready.set()
+        elif kind == "load_failed":
+            self.load_error = (message[1], message[2])
+            self.ready.set()
+        else:
+            if kind in ("end", "error"):
+                self.owner.warnings = list(message[-1])
+            with self._lock:
+                q = self._pending.get(message[1])
+                if kind in ("end", "error"):
+                    self._deadlines.pop(message[1], None)
+            if q is not None:
+                q.put(message)
+
+    def _check_deadlines(self) -> None:
+        with self._lock:
+            late = any(t <= time.monotonic() for t in self._deadlines.values())
+        if late and self.process.is_alive():
+            grace = self.owner.cancel_grace_s
+            self.kill(f"a generation did not stop within {grace:g} s of being cancelled")
+
+    def _died(self) -> None:
+        code = self.process.exitcode
+        if self.killed_for is not None:
+            cause = f"killed because {self.killed_for}"
+        elif code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            cause = f"killed by {name}" + (", perhaps for lack of memory" if name == "SIGKILL" else "")
+        else:
+            cause = f"exited with code {code}"
+        self.cause = cause
+        with self._lock:
+            self.dead = f"the engine process died ({cause}); it is restarting: retry in a few seconds"
+            pending = list(self._pending.items())
+            self._deadlines.clear()
+        for rid, q in pending:
+            q.put(("crashed", rid, self.dead))
+        self.ready.set()
+        if not self.closing:
+            self.owner.child_died(self, cause)

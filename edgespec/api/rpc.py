@@ -1,0 +1,50 @@
+"""`serve_rpc`: this machine's CPU or GPUs as an rpc-server for another machine's engine.
+
+It runs llama.cpp's own RPC server (ggml's `ggml_backend_rpc_start_server`, the
+function llama.cpp's rpc-server tool is a thin main around) from the same
+llama.cpp build the engine uses, so client and server speak one protocol version.
+No authentication: bind it to loopback, or to a network only you can reach.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from ..core import defaults
+from ..core.errors import ConfigError
+from ..llama import backend
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")  # where binding needs no warning
+
+
+def check_bindable(host: str, port: int) -> None:
+    """A ConfigError when `host:port` cannot be bound (in use, or not this machine's address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as err:
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({(err.strerror or str(err)).lower()}); pick another --port"
+        ) from err
+
+
+def serve_rpc(
+    host: str = defaults.RPC_HOST, port: int = defaults.RPC_PORT, threads: int | None = None
+) -> threading.Thread:
+    """Start the RPC server on a daemon thread and return it (it runs until the process ends;
+    the thread ends early only if the server could not start)."""
+    check_bindable(host, port)
+    endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    threads = threads or backend.default_threads()
+    backend.local_devices()  # llama.cpp's backends initialised; errors here, not on the thread
+    t = threading.Thread(target=backend.serve_rpc, args=(endpoint, threads), name="rpc-server", daemon=True)
+    t.start()
+    return t
+
+
+def served_devices() -> list[str]:
+    """The names of the devices `serve_rpc` serves (this machine's GPUs, else its CPU)."""
+    return backend.device_names(backend.local_devices() or backend.local_devices(0)[:1])

@@ -1,0 +1,187 @@
+"""The prompt-lookup section of `edgespec bench`: text that repeats the context.
+
+Prompts where the answer copies from the context (edit pasted code, rename a
+variable in it, extract sentences word for word, revise the previous answer in
+a two-turn chat) beside a prose prompt that does not copy. Columns, each run
+once per round so a slow minute touches one run of many columns: llama.cpp's
+plain decoding (llama-bench), its n-gram speculation types alone
+(ngram-simple, ngram-map-k, ngram-mod; best of) and chained with its model
+draft (ngram-mod,draft-simple at n_max 4 and 8; best of), and edgespec plain,
+draftless (prompt lookup alone), model-only adaptive and hybrid (both sources,
+adaptive). Medians over the repeats; ratios within one run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from edgespec import Engine
+
+CODE = '''def moving_average(values, window):
+    """Average of each window of `window` consecutive values."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    total = 0.0
+    out = []
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        if i >= window - 1:
+            out.append(total / window)
+    return out
+
+
+def running_max(values):
+    best = None
+    out = []
+    for value in values:
+        if best is None or value > best:
+            best = value
+        out.append(best)
+    return out
+'''
+
+TEXT = (
+    "The lighthouse stood on a rock a mile from the shore. Every evening the keeper climbed "
+    "the hundred and twelve steps to light the lamp. Ships passing in the night saw its beam "
+    "sweep across the water every eight seconds. In winter the waves broke over the gallery, "
+    "and the keeper wrote in his log that the glass rang like a bell. When the light was "
+    "automated in 1987, the last keeper left the island with his log books and a cat."
+)
+
+ANSWER = (
+    "Photosynthesis is the process by which plants use sunlight, water and carbon dioxide to "
+    "make glucose and oxygen. It happens in the chloroplasts, where chlorophyll absorbs light. "
+    "The light reactions split water and make ATP and NADPH; the Calvin cycle then uses them to "
+    "fix carbon dioxide into sugar."
+)
+
+PROMPTS: dict[str, list[dict[str, str]]] = {
+    "edit-code": [
+        {
+            "role": "user",
+            "content": f"```python\n{CODE}```\n\nAdd a docstring to running_max and return the whole "
+            "file with nothing else changed.",
+        }
+    ],
+    "rename": [
+        {
+            "role": "user",
+            "content": f"```python\n{CODE}```\n\nRename `values` to `samples` everywhere. Return the whole code.",
+        },  # fmt: skip
+    ],
+    "extract": [
+        {
+            "role": "user",
+            "content": f"{TEXT}\n\nCopy out, word for word, every sentence of the text above that mentions the keeper.",
+        },  # fmt: skip
+    ],
+    "revise": [
+        {"role": "user", "content": "Explain photosynthesis in four sentences."},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": "Repeat your answer, but replace 'glucose' with 'sugar'."},
+    ],
+    "prose": [{"role": "user", "content": "Write a short story about a robot who learns to paint."}],
+}
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+CHAINED_N_MAX = (4, 8)
+EDGESPEC_COLUMNS = ("plain", "draftless", "model", "hybrid")
+
+
+def _once(engine: Engine, messages: list[dict[str, str]], temp: float, spec: bool, n: int, seed: int) -> dict:
+    engine.reset()
+    res = engine.generate(messages, temperature=temp, max_tokens=n, speculative=spec, seed=seed)
+    return {"tokens_per_s": res.stats.tokens_per_s, "sources": res.stats.sources, "n": res.stats.n_generated}
+
+
+def lookup_cells(
+    paths: tuple[Path, Path],
+    *,
+    temps: list[float],
+    prompts: list[str],
+    tokens: int,
+    repeats: int,
+    native: Any,
+    threads: int | None = None,
+    log: Any = print,
+) -> list[dict]:
+    """One row per (prompt, temperature) with the median tokens/s of every column."""
+    target, draft = paths
+    engines = {
+        "plain": Engine.load(target, None, n_ctx=2048, threads=threads, lookup=False),
+        "draftless": Engine.load(target, None, n_ctx=2048, threads=threads),
+        "model": Engine.load(target, draft, n_ctx=2048, threads=threads, lookup=False),
+        "hybrid": Engine.load(target, draft, n_ctx=2048, threads=threads),
+    }
+    cells = []
+    try:
+        for name in prompts:
+            messages = PROMPTS[name]
+            text = engines["plain"].chat_text(messages)
+            for temp in temps:
+                runs: dict[str, list[dict]] = {}
+                for r in range(repeats):
+                    seed = 1234 + r
+                    for col, eng in engines.items():
+                        runs.setdefault(col, []).append(_once(eng, messages, temp, col != "plain", tokens, seed))
+                    if native is not None:
+                        _native_round(native, runs, paths, text, temp, tokens, seed, threads)
+                cell = {"prompt": name, "temperature": temp}
+                cell.update({col: statistics.median(x["tokens_per_s"] for x in xs) for col, xs in runs.items()})
+                cell["hybrid_sources"] = runs["hybrid"][-1]["sources"]
+                cells.append(cell)
+                log(f"  lookup {name} T={temp}: " + ", ".join(f"{c}={cell[c]:.1f}" for c in runs))
+    finally:
+        for eng in engines.values():
+            eng.close()
+    return cells
+
+
+def _native_round(
+    native: Any, runs: dict, paths: tuple[Path, Path], text: str, temp: float, n: int, seed: int, threads: int | None
+) -> None:
+    target, draft = paths
+    one = native.run_llama_bench(target, n_gen=n, threads=threads, repeats=1)
+    runs.setdefault("llama_plain", []).append(one)
+    for spec_type in NGRAM_TYPES:
+        one = native.run_speculative_simple(
+            target, None, text, n_predict=n, temperature=temp, n_max=16, seed=seed, threads=threads,
+            spec_type=spec_type,
+        )  # fmt: skip
+        runs.setdefault(f"llama_{spec_type}", []).append(one)
+    for n_max in CHAINED_N_MAX:
+        one = native.run_speculative_simple(
+            target, draft, text, n_predict=n, temperature=temp, n_max=n_max, seed=seed, threads=threads,
+            spec_type="ngram-mod,draft-simple",
+        )  # fmt: skip
+        runs.setdefault(f"llama_chained_{n_max}", []).append(one)
+
+
+def _best(cell: dict, prefix: str) -> float:
+    return max((v for k, v in cell.items() if k.startswith(prefix) and isinstance(v, float)), default=0.0)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """a / b as "1.23x", or "n/a" when either is missing (both bench reports use it)."""
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def markdown(cells: list[dict]) -> str:
+    head = (
+        "| prompt | T | llama.cpp plain | best n-gram | best chained | edgespec plain | draftless | model | hybrid "
+        "| draftless / llama plain | draftless / best n-gram | draftless / edgespec plain | hybrid / model "
+        "| hybrid / best chained |\n|" + "---|" * 15
+    )
+    rows = [head]
+    for c in cells:
+        ngram, chained, plain = _best(c, "llama_ngram"), _best(c, "llama_chained"), c.get("llama_plain", 0.0)
+        rows.append(
+            f"| {c['prompt']} | {c['temperature']} | {plain:.1f} | {ngram:.1f} | {chained:.1f} | {c['plain']:.1f} "
+            f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {ratio(c['draftless'], plain)} "
+            f"| {ratio(c['draftless'], ngram)} | {ratio(c['draftless'], c['plain'])} "
+            f"| {ratio(c['hybrid'], c['model'])} | {ratio(c['hybrid'], chained)} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,87 @@
+"""The grammar constraint on its own: compiling, masks, following drafts, rolling back."""
+
+from __future__ import annotations
+
+import json
+
+import llguidance
+import numpy as np
+import pytest
+
+from edgespec.core.errors import EdgespecError
+from edgespec.core.grammar import Grammar, compile_grammar
+
+EOS = 256
+
+
+class ByteTokenizer:
+    """One token per byte, then EOS: small enough to reason about exactly."""
+
+    eos_token_id = EOS
+    bos_token_id = None
+    tokens = [bytes([b]) for b in range(256)] + [b"<eos>"]
+    special_token_ids = [EOS]
+
+    def __call__(self, s: bytes) -> list[int]:
+        return list(s)
+
+
+def tokenizer() -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(ByteTokenizer()))
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+
+
+def ids(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def test_a_schema_masks_every_token_but_the_allowed_ones() -> None:
+    g = Grammar(tokenizer(), compile_grammar(json_schema=SCHEMA), 257)
+    first = np.flatnonzero(g.allowed())
+    assert set(first) <= set(ids("{ \n\t"))  # an object starts (whitespace allowed by JSON)
+    row = np.zeros(257, dtype=np.float32)
+    masked = g.apply(row)
+    assert np.isneginf(masked).sum() == 257 - len(first) and row.max() == 0.0  # the row itself is untouched
+    g.extend(ids('{"a":12}'))
+    assert g.done or set(np.flatnonzero(g.allowed())) <= {EOS, *ids(" \n\t")}
+
+
+def test_drafts_are_followed_and_rolled_back() -> None:
+    g = Grammar(tokenizer(), compile_grammar(json_schema=SCHEMA), 257)
+    g.extend(ids('{"a":'))
+    before = g.allowed().copy()
+    assert g.valid_prefix(ids("12x}")) == 2  # a lookup proposal is cut at its first invalid token
+    g.extend(ids("12"))
+    assert not np.array_equal(g.allowed(), before)
+    g.truncate(g.n - 2)
+    assert np.array_equal(g.allowed(), before) and g.n == len(ids('{"a":'))
+
+
+def test_an_invalid_token_is_refused() -> None:
+    g = Grammar(tokenizer(), compile_grammar(json_schema=SCHEMA), 257)
+    with pytest.raises(EdgespecError):
+        g.extend(ids("x"))
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"json_schema": {"type": "nonsense"}}, "JSON schema"),
+        ({"json_schema": "{not json"}, "not valid JSON"),
+        ({"lark": "start: ???"}, "grammar"),
+        ({}, "exactly one"),
+        ({"json_schema": SCHEMA, "regex": "a+"}, "exactly one"),
+    ],
+)
+def test_a_bad_schema_or_grammar_is_one_line_before_generating(kw: dict, words: str) -> None:
+    with pytest.raises(EdgespecError, match=words) as err:
+        compile_grammar(**kw)
+    assert "\n" not in str(err.value)
+
+
+def test_json_mode_accepts_any_object() -> None:
+    g = Grammar(tokenizer(), compile_grammar(json_schema=True), 257)
+    doc = json.dumps({"x": [1, 2, {"y": None}]}, separators=(",", ":"))  # compact, as the grammar asks
+    assert g.valid_prefix(ids(doc)) == len(doc)

@@ -1,0 +1,220 @@
+"""The isolated engine over fake models: same answers as in process, and crashes that end
+one request with `EngineCrashed`, restart the child, and leave this process alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from edgespec import EdgespecError, Engine, EngineCrashed, IsolatedEngine
+from edgespec.api.isolated import ChildSpec
+from edgespec.core.errors import ContextFullError, ModelFileError
+from tests.fakes import make_engine
+
+
+def isolated(factory: str = "tests.fakes:make_slow_engine", **kw: object) -> IsolatedEngine:
+    grace = float(kw.pop("cancel_grace_s", 5.0))  # type: ignore[arg-type]
+    restarts = int(kw.pop("restarts", 5))  # type: ignore[call-overload]
+    return IsolatedEngine(
+        ChildSpec(factory=factory, kwargs=kw), cancel_grace_s=grace, restarts=restarts, backoff_s=0.05
+    )
+
+
+def wait_for(engine: IsolatedEngine, state: str, within_s: float) -> float:
+    t0 = time.monotonic()
+    while engine.state != state:
+        assert time.monotonic() - t0 < within_s, f"still {engine.state} after {within_s} s"
+        time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def test_answers_and_facts_are_those_of_the_same_engine_in_process() -> None:
+    reference = make_engine()
+    with isolated("tests.fakes:make_engine") as engine:
+        assert os.getpid() != engine.pid
+        assert (engine.name, engine.n_ctx, engine.has_draft, engine.can_speculate, engine.lookup) == (
+            "fake",
+            reference.n_ctx,
+            True,
+            True,
+            True,
+        )
+        assert engine.info() == reference.info() and engine.state == "ok"
+        for k in (None, 0, 3):
+            mine = engine.generate("t5 t6 t7", temperature=0, max_tokens=40, k=k)
+            theirs = reference.generate("t5 t6 t7", temperature=0, max_tokens=40, k=k)
+            assert (mine.text, mine.tokens, mine.finish_reason) == (theirs.text, theirs.tokens, theirs.finish_reason)
+        sampled = engine.generate("t5", seed=3, max_tokens=30, k=3)
+        assert sampled.tokens == reference.generate("t5", seed=3, max_tokens=30, k=3).tokens
+        assert engine.tokenize("t5 t6", raw=True) == reference.tokenize("t5 t6", raw=True)
+        assert engine.piece(9) == reference.piece(9)
+        assert engine.chat_text([{"role": "user", "content": "t5"}]) == reference.chat_text(
+            [{"role": "user", "content": "t5"}]
+        )
+        tool = {"type": "function", "function": {"name": "f", "description": "t8"}}
+        tools = engine.tools([tool], "required")
+        assert tools == reference.tools([tool], "required") and tools is not None
+        messages = [{"role": "user", "content": "t5"}]
+        assert engine.chat_text(messages, tools=tools) == reference.chat_text(messages, tools=tools)
+        assert engine.tokenize(messages, tools=tools) == reference.tokenize(messages, tools=tools)
+        engine.reset()
+    assert engine.state == "closed"
+
+
+def test_every_public_engine_member_works_on_the_proxy() -> None:
+    """The proxy overrides what would touch the models; the rest only uses what it overrides."""
+    inherited_safely = {"generate", "cancel", "busy"}
+    public = {n for n in vars(Engine) if not n.startswith("_")}
+    missing = public - set(vars(IsolatedEngine)) - inherited_safely
+    assert not missing, f"IsolatedEngine does not override {missing}"
+
+
+def test_user_errors_keep_their_class_and_message() -> None:
+    with pytest.raises(ModelFileError, match="does not exist|not found|no such"):
+        Engine.load("/nonexistent/model.gguf", isolated=True)
+    with isolated(n_ctx=64) as engine:
+        with pytest.raises(EdgespecError, match="temperature"):
+            engine.stream("t5", temperature=-1)
+        with pytest.raises(TypeError):
+            engine.stream("t5", temprature=0.5)
+        with pytest.raises(EdgespecError, match="outside the vocabulary"):
+            engine.stream([1, 999])
+        with pytest.raises(ContextFullError):
+            engine.generate(" ".join(["t5"] * 80), raw=True)
+        assert engine.generate("t5 t6", temperature=0, max_tokens=5).finish_reason == "length"  # still serving
+
+
+def test_sigkill_mid_stream_ends_it_with_engine_crashed_and_the_engine_restarts() -> None:
+    with isolated(delay=0.01) as engine:
+        first_pid = engine.pid
+        gen = engine.stream("t5 t6", temperature=0, max_tokens=2000)
+        next(gen)
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(EngineCrashed, match="SIGKILL") as err:
+            for _ in gen:
+                pass
+        assert time.monotonic() - t0 < 5
+        assert "\n" not in str(err.value) and err.value.retry_after >= 1
+        gen.close()
+        assert engine.state in ("restarting", "ok")
+        wait_for(engine, "ok", 60)
+        assert engine.pid != first_pid
+        result = engine.generate("t5 t6 t7", temperature=0, max_tokens=20)
+        assert result.text == make_engine().generate("t5 t6 t7", temperature=0, max_tokens=20).text
+
+
+def test_calls_while_restarting_say_so_at_once() -> None:
+    with isolated(delay=0.01) as engine:
+        pid = engine.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        while engine.state == "ok":
+            time.sleep(0.005)
+        t0 = time.monotonic()
+        with pytest.raises(EngineCrashed, match="restarting|died"):
+            engine.generate("t5")
+        assert time.monotonic() - t0 < 1
+        wait_for(engine, "ok", 60)
+
+
+def test_an_abort_in_native_code_is_a_crash_with_its_signal_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with isolated(abort_at=5) as engine:
+        with pytest.raises(EngineCrashed, match="SIGABRT"):
+            engine.generate("t5 t6", temperature=0, max_tokens=200, k=0)
+        wait_for(engine, "ok", 60)
+    assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
+def test_a_cancel_that_native_code_ignores_kills_and_restarts_the_child() -> None:
+    with isolated(hang_at=4, cancel_grace_s=1.0) as engine:
+        pid = engine.pid
+        gen = engine.stream("t5 t6", temperature=0, max_tokens=200, k=0)
+        events = [next(gen), next(gen)]
+        time.sleep(0.3)  # the child runs ahead into the eval that hangs
+        gen.cancel()
+        t0 = time.monotonic()
+        events += list(gen)
+        assert events[-1].finish_reason == "cancelled"
+        assert 0.9 < time.monotonic() - t0 < 4
+        wait_for(engine, "ok", 60)
+        assert engine.pid != pid
+
+
+def test_closing_a_stream_early_leaves_the_engine_ready_for_the_next() -> None:
+    with isolated(delay=0.005) as engine:
+        with engine.stream("t5 t6", temperature=0, max_tokens=500) as gen:
+            next(gen)
+        assert not engine.busy
+        again = engine.generate("t5 t6 t7", temperature=0, max_tokens=20)
+        assert again.text == make_engine().generate("t5 t6 t7", temperature=0, max_tokens=20).text
+
+
+def test_restarts_are_bounded_and_then_every_call_says_the_engine_failed(tmp_path: Path) -> None:
+    with isolated(once=str(tmp_path / "loaded"), restarts=2) as engine:
+        pid = engine.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(engine, "failed", 30)
+        with pytest.raises(EngineCrashed, match="could not be restarted.*models are gone"):
+            engine.generate("t5")
+
+
+def test_closing_ends_the_child_process() -> None:
+    engine = isolated()
+    process = engine._child.process
+    engine.close()
+    assert not process.is_alive() and engine.state == "closed"
+    with pytest.raises(EdgespecError, match="closed"):
+        engine.generate("t5")
+
+
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
+def test_the_child_does_not_outlive_a_parent_that_was_killed() -> None:
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = (
+        "from tests.test_isolated import isolated\n"
+        "e = isolated()\n"
+        "print(e.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        parent.kill()
+        parent.wait(10)
+        child.wait(10)  # psutil.TimeoutExpired if it lingers
+    finally:
+        parent.kill()
+
+
+def test_serve_and_chat_run_the_engine_isolated_unless_told_otherwise() -> None:
+    import argparse
+
+    from edgespec.frontends.server.command import add_parser as add_serve
+    from edgespec_tui.cli import add_parser as add_chat
+
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers()
+    add_serve(sub)
+    add_chat(sub)
+    assert p.parse_args(["serve"]).in_process is False and p.parse_args(["serve", "--in-process"]).in_process
+    chat = p.parse_args(["chat"])
+    assert chat.in_process is False and chat.max_tokens is None and chat.resume is None
+    assert p.parse_args(["chat", "--resume"]).resume == "" and p.parse_args(["chat", "--resume", "x"]).resume == "x"
+
+
+def test_a_child_that_dies_while_loading_is_an_error_at_load_time() -> None:
+    with pytest.raises(EngineCrashed, match="while loading the models.*SIGABRT"):
+        IsolatedEngine(ChildSpec(factory="os:abort"))

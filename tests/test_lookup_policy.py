@@ -1,0 +1,89 @@
+"""Prompt lookup's cost model: measured verify costs, acceptance per match length, the best k."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec.core.controller import LOOKUP, AdaptiveK, StepOutcome
+from edgespec.core.lookup import Proposal
+from edgespec.core.lookup_policy import L_MAX, LookupPolicy, VerifyTimes
+
+
+def cpu_like(n: int) -> float:
+    return 0.020 + 0.003 * (n - 1)  # verifying n tokens: a bandwidth-bound target on a CPU
+
+
+def measured(sizes: tuple[int, ...] = (1, 2, 5)) -> VerifyTimes:
+    vt = VerifyTimes()
+    for n in sizes:
+        for _ in range(3):
+            vt.add(n, cpu_like(n))
+    return vt
+
+
+def test_verify_costs_are_the_medians_where_measured_and_a_line_between() -> None:
+    vt = measured()
+    assert vt.cost(2) == pytest.approx(cpu_like(2))
+    assert vt.cost(9) == pytest.approx(cpu_like(9), rel=0.02)  # extrapolated along the line
+    assert all(vt.cost(n) <= vt.cost(n + 1) for n in range(1, L_MAX + 1))
+    assert VerifyTimes().cost(3) == 0.0  # nothing measured: no guess
+
+
+def feed(policy: LookupPolicy, match: int, accept: float, steps: int, k: int = 8) -> None:
+    for i in range(steps):
+        a = int(k * accept) if (i % 10) else k  # mostly a fixed share of the k tokens
+        policy.observe(match, k, a, cpu_like(k + 1), cpu_like(k + 1) + 0.0005)
+
+
+def test_a_reliable_copy_drafts_far_and_an_unreliable_one_not_at_all() -> None:
+    good = LookupPolicy(measured())
+    feed(good, 4, 1.0, 30)
+    k, speed = good.best(4, L_MAX)
+    assert k >= 12 and speed > 3 * good.plain_speed()
+    bad = LookupPolicy(measured())
+    feed(bad, 2, 0.0, 30)
+    k, speed = bad.best(2, L_MAX)
+    assert speed < bad.plain_speed() * 1.01  # a caller compares this with plain decoding
+
+
+def test_match_lengths_keep_their_own_records() -> None:
+    policy = LookupPolicy(measured())
+    feed(policy, 4, 1.0, 30)
+    feed(policy, 2, 0.0, 30)
+    assert policy.best(4, L_MAX)[1] > 2 * policy.best(2, L_MAX)[1]
+
+
+def test_evidence_fades_so_lookup_is_tried_again() -> None:
+    policy = LookupPolicy(measured())
+    feed(policy, 3, 0.0, 30)
+    before = policy.alpha(3)[0]
+    for _ in range(300):
+        policy.idle()
+    assert policy.alpha(3)[0] > before + 0.2
+
+
+def test_the_adaptive_controller_takes_lookup_only_when_it_pays() -> None:
+    ctrl = AdaptiveK(model=False)
+    offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
+    assert ctrl.plan(0, offer).k == 0  # nothing measured yet: a plain step
+    ctrl.observe(StepOutcome(k=0, n_accepted=0, draft_s=0.0, verify_s=cpu_like(1), step_s=cpu_like(1) + 0.0005))
+    plans = []
+    for _ in range(40):
+        plan = ctrl.plan(0, offer)
+        plans.append(plan)
+        k = plan.k
+        if plan.source == LOOKUP:
+            ctrl.observe(StepOutcome(k, k, 0.0, cpu_like(k + 1), cpu_like(k + 1) + 0.0005, source=LOOKUP, match=4))
+        else:
+            ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1) + 0.0005))
+    assert plans[-1].source == LOOKUP and plans[-1].k >= 12
+    # the copying stops: every proposal rejected; it goes back to plain steps
+    for _ in range(40):
+        plan = ctrl.plan(0, offer)
+        if plan.source == LOOKUP:
+            ctrl.observe(
+                StepOutcome(plan.k, 0, 0.0, cpu_like(plan.k + 1), cpu_like(plan.k + 1), source=LOOKUP, match=4)
+            )
+        else:
+            ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1) + 0.0005))
+    assert ctrl.plan(0, offer).source != LOOKUP or ctrl.plan(0, offer).k <= 1

@@ -1,0 +1,100 @@
+"""RPC without a server: endpoints parsed and reached before native code, the option paths,
+the delaying relay the bench measures through. Over a real rpc-server: tests/test_rpc_real.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gguf_corpus import small_model
+from test_cli import assert_one_line_error, run_cli
+
+from edgespec.core.errors import ConfigError
+from edgespec.frontends.bench.relay import DelayRelay
+from edgespec.llama.config import load_config
+from edgespec.llama.rpc import check_reachable, parse_endpoints
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens there once the socket closes
+
+
+def test_endpoints_are_parsed_and_bad_ones_named() -> None:
+    assert parse_endpoints("10.0.0.2:50052, gpu-box:7000") == ("10.0.0.2:50052", "gpu-box:7000")
+    assert parse_endpoints(["[::1]:50052"]) == ("[::1]:50052",)
+    for bad in ("10.0.0.2", "host:port", ":50052", "host:70000", ""):
+        with pytest.raises(ConfigError, match="HOST:PORT"):
+            parse_endpoints(bad)
+
+
+def test_an_unreachable_server_is_one_line_that_says_what_to_do() -> None:
+    port = closed_port()
+    with pytest.raises(ConfigError) as err:
+        check_reachable([f"127.0.0.1:{port}"], timeout_s=2)
+    assert f"127.0.0.1:{port}" in str(err.value) and "edgespec rpc-server --port" in str(err.value)
+
+
+def test_run_with_an_unreachable_rpc_server_exits_2_before_loading(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(small_model())
+    rc, _, err, elapsed = run_cli("run", "--target", str(model), "--rpc", f"127.0.0.1:{closed_port()}")
+    assert_one_line_error(rc, err, elapsed)
+    assert "cannot reach the RPC server" in err
+    rc, _, err, elapsed = run_cli("run", "--target", str(model), "--rpc", "nonsense")
+    assert_one_line_error(rc, err, elapsed)
+
+
+def test_rpc_server_on_a_port_in_use_is_one_line() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        rc, _, err, elapsed = run_cli("rpc-server", "--port", str(taken.getsockname()[1]))
+    assert_one_line_error(rc, err, elapsed)
+    assert "cannot listen on" in err
+
+
+def test_a_model_entry_names_its_rpc_servers(tmp_path: Path) -> None:
+    p = tmp_path / "models.toml"
+    p.write_text('[models.big]\npath = "/x.gguf"\nrpc = ["10.0.0.2:50052", "10.0.0.3:50052"]\n')
+    assert load_config(p).model("big").rpc == ("10.0.0.2:50052", "10.0.0.3:50052")
+    p.write_text('[models.big]\npath = "/x.gguf"\nrpc = "nowhere"\n')
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        load_config(p)
+
+
+def echo_server() -> tuple[socket.socket, int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(4096):
+                conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def round_trip(port: int, payload: bytes) -> tuple[bytes, float]:
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.monotonic()
+        c.sendall(payload)
+        got = b""
+        while len(got) < len(payload):
+            got += c.recv(65536)
+        return got, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("rtt_ms", [0, 40])
+def test_the_relay_passes_every_byte_and_adds_its_round_trip(rtt_ms: float) -> None:
+    server, port = echo_server()
+    with server, DelayRelay(("127.0.0.1", port), rtt_ms) as relay:
+        payload = bytes(range(256)) * 4096  # 1 MiB: chunks flow while earlier ones wait
+        got, elapsed = round_trip(relay.port, payload)
+    assert got == payload
+    assert elapsed >= rtt_ms / 1000 * 0.95
+    assert elapsed < rtt_ms / 1000 + 2.0  # latency, not a bandwidth cap

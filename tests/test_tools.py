@@ -1,0 +1,232 @@
+"""Tool calls without a model: checking tools, the three layouts, the history, the grammar, the parser."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_grammar import EOS, ids, tokenizer
+
+from edgespec.core import templates
+from edgespec.core.errors import EdgespecError
+from edgespec.core.grammar import Grammar, compile_grammar
+from edgespec.core.tools import CallParser, ToolCall, layout_for, make_toolset, render_history
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city <now>",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time"}}
+
+# Qwen 2.5's chat template (the Hermes layout), as its GGUF files carry it
+QWEN = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen.' }}{%- endif %}"
+    '{{- "\\n\\n# Tools\\n\\n<tools>" }}{%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}'
+    '{{- "\\n</tools>\\n\\nFor each function call, return a json object within <tool_call></tool_call> '
+    'XML tags<|im_end|>\\n" }}'
+    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    '{%- if (message.role == "user") or (message.role == "system" and not loop.first) or '
+    '(message.role == "assistant" and not message.tool_calls) %}'
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == \"assistant\" %}{{- '<|im_start|>' + message.role }}"
+    "{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}"
+    "{%- set tool_call = tool_call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}'
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    '{%- elif message.role == "tool" %}'
+    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}{{- '<|im_start|>user' }}"
+    "{%- endif %}{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+LLAMA3 = "{%- if tools %}Environment: ipython{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+CHATML = templates.FALLBACK_TEMPLATE
+
+HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "no rain"},
+]
+
+
+def test_the_layout_comes_from_the_template() -> None:
+    assert layout_for(QWEN) == "hermes" and layout_for(LLAMA3) == "llama3" and layout_for(CHATML) == "generic"
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "says"),
+    [
+        ([{"type": "function", "function": {"name": "bad name"}}], "auto", "the name must be"),
+        ([{"type": "retrieval"}], "auto", r"tools\[0\] must be"),
+        ([WEATHER, WEATHER], "auto", "same name"),
+        ([WEATHER], "maybe", "tool_choice must be"),
+        ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "'nope', which is not among"),
+        ([{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}], "auto", "an object"),
+        (None, "required", "needs tools"),
+    ],
+)
+def test_bad_tools_and_choices_are_refused_with_the_reason(tools: object, choice: object, says: str) -> None:
+    with pytest.raises(EdgespecError, match=says):
+        make_toolset(tools, choice, CHATML)
+
+
+def test_none_and_no_tools_offer_nothing() -> None:
+    assert make_toolset([WEATHER], "none", CHATML) is None
+    assert make_toolset(None, "auto", CHATML) is None and make_toolset([], None, CHATML) is None
+    named = make_toolset([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}}, CHATML)
+    assert named is not None and named.choice == "get_time"
+
+
+def test_a_template_that_knows_tools_lists_them_and_renders_calls_and_results() -> None:
+    tools = make_toolset([WEATHER], "auto", QWEN)
+    assert tools is not None
+    text = templates.render(QWEN, tools.messages(HISTORY), tools=tools.template_tools())
+    assert '"description": "The weather in a city <now>"' in text  # tojson as HF's: no HTML escapes
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<|im_start|>user\n<tool_response>\n18 C, sunny\n</tool_response>\n<tool_response>\nno rain" in text
+
+
+def test_the_generic_layout_describes_tools_in_the_system_message_and_writes_the_history_as_text() -> None:
+    tools = make_toolset([WEATHER], "auto", CHATML)
+    assert tools is not None and tools.template_tools() is None
+    messages = tools.messages([{"role": "system", "content": "Be brief."}, *HISTORY])
+    assert messages[0]["role"] == "system" and messages[0]["content"].startswith("Be brief.\n\nYou can call")
+    assert '"name": "get_weather"' in messages[0]["content"]
+    assert messages[2] == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    }
+    results = messages[3]
+    assert results["role"] == "user" and results["content"].count("<tool_response>") == 2 and len(messages) == 4
+    # without tools offered now, an earlier turn's calls and results are still written out
+    assert render_history(HISTORY, "generic")[1:] == messages[2:]
+
+
+def grammar(tools: object, choice: object, template: str = CHATML, parallel: bool = False) -> Grammar:
+    toolset = make_toolset(tools, choice, template, parallel=parallel)
+    assert toolset is not None
+    return Grammar(tokenizer(), compile_grammar(lark=toolset.grammar()), 257)
+
+
+CALL = '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}\n</tool_call>'
+
+
+def test_required_forces_a_call_whose_arguments_follow_the_schema() -> None:
+    g = grammar([WEATHER, TIME], "required")
+    assert g.valid_prefix(ids("Sure")) == 0  # no text before the call
+    assert g.valid_prefix(ids(CALL)) == len(CALL)
+    bad = CALL.replace('"c"', '"kelvin"')
+    assert g.valid_prefix(ids(bad)) < bad.index("kelvin") + 1  # an enum the schema does not allow
+    assert g.valid_prefix(ids(CALL.replace("get_weather", "get_wether"))) < len(CALL) // 2
+    g.extend(ids(CALL))
+    assert list(g.allowed().nonzero()[0]) == [EOS]  # one call (parallel_tool_calls is off by default)
+    g = grammar([WEATHER, TIME], "required", parallel=True)
+    g.extend(ids(CALL))
+    assert g.allowed()[EOS] and g.valid_prefix(ids("\n" + CALL)) == len(CALL) + 1
+
+
+def test_auto_without_parallel_calls_ends_after_a_call() -> None:
+    g = grammar([WEATHER], "auto")
+    g.extend(ids("Checking. " + CALL))
+    assert list(g.allowed().nonzero()[0]) == [EOS]
+
+
+def test_a_named_choice_allows_only_that_function() -> None:
+    g = grammar([WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}})
+    assert g.valid_prefix(ids(CALL)) < len(CALL)
+    call = '<tool_call>\n{"name":"get_time","arguments":{}}\n</tool_call>'
+    assert g.valid_prefix(ids(call)) == len(call)
+
+
+def test_auto_leaves_text_free_and_constrains_a_call_once_begun() -> None:
+    g = grammar([WEATHER], "auto")
+    text = "It is probably sunny. "
+    assert g.valid_prefix(ids(text)) == len(text)
+    g.extend(ids(text))
+    assert g.allowed()[EOS]  # plain text may end the answer
+    assert g.valid_prefix(ids(CALL)) == len(CALL)
+    bad = '<tool_call>\n{"name":"get_weather","arguments":{"town":"Paris"}}'
+    assert g.valid_prefix(ids(bad)) < bad.index("town") + 1
+
+
+def test_llama3_calls_are_bare_json_with_parameters() -> None:
+    g = grammar([WEATHER], "required", LLAMA3)
+    call = '{"name":"get_weather","parameters":{"city":"Oslo","unit":"f"}}'
+    assert g.valid_prefix(ids(call)) == len(call)
+
+
+def feed_by_char(parser: CallParser, text: str) -> list[str | ToolCall]:
+    out = [piece for ch in text for piece in parser.feed(ch)]
+    return out + parser.finish()
+
+
+def test_the_parser_streams_text_and_holds_back_only_what_may_start_a_call() -> None:
+    parser = CallParser({"get_weather"})
+    assert parser.feed("Let me check <to") == ["Let me check "]  # '<to' may begin <tool_call>
+    assert parser.feed("y> ok") == ["<toy> ok"]
+    out = feed_by_char(parser, f" then\n{CALL}\ndone")
+    text = "".join(p for p in out if isinstance(p, str))
+    calls = [p for p in out if isinstance(p, ToolCall)]
+    assert text == " then\n\ndone" and len(calls) == 1
+    assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris", "unit": "c"}
+    assert calls[0].id.startswith("call_") and calls[0].openai()["type"] == "function"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"name": "get_weather", "parameters": {"city": "Oslo"}}',  # Llama 3.x
+        '<|python_tag|>{"name": "get_weather", "arguments": {"city": "Oslo"}}',
+        '{"tool_call": {"name": "get_weather", "arguments": {"city": "Oslo"}}}',  # llama.cpp's generic
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}',
+        '{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}',  # arguments as JSON text
+    ],
+)
+def test_json_answers_in_the_known_layouts_are_calls(answer: str) -> None:
+    out = feed_by_char(CallParser({"get_weather"}), answer)
+    assert len(out) == 1 and isinstance(out[0], ToolCall) and json.loads(out[0].arguments) == {"city": "Oslo"}
+
+
+def test_two_calls_separated_by_semicolons_are_both_read() -> None:
+    out = feed_by_char(CallParser({"a", "b"}), '{"name": "a", "parameters": {}}; {"name": "b", "parameters": {}}')
+    assert [c.name for c in out if isinstance(c, ToolCall)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "<tool_call>\nnot json\n</tool_call>",
+        '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>',  # not an offered function
+        '{"answer": 42}',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city"',  # cut off by max_tokens
+    ],
+)
+def test_what_is_not_a_call_of_an_offered_function_stays_content(answer: str) -> None:
+    out = feed_by_char(CallParser({"get_weather"}), answer)
+    assert all(isinstance(p, str) for p in out) and "".join(out) == answer  # nothing the model wrote is lost
+
+
+def test_split_gives_content_none_when_only_calls() -> None:
+    tools = make_toolset([WEATHER], "auto", CHATML)
+    assert tools is not None
+    content, calls = tools.split(f"\n{CALL}\n")
+    assert content is None and [c.name for c in calls] == ["get_weather"]
+    assert tools.split("just text") == ("just text", [])

@@ -1,0 +1,221 @@
+"""The chat loses nothing: an engine killed mid-reply is an error message and a restart, the
+conversation is saved as it goes (one JSON file per chat), `--resume` and `--list` find it,
+and a reply runs to the end of the answer.
+
+Fake models in an isolated engine's child for the crash (tests.fakes:make_slow_engine); the
+real demo pair for the same bar in one `real` test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from edgespec import Engine, IsolatedEngine
+from edgespec.api.isolated import ChildSpec
+from edgespec_tui.app import ChatApp, ChatOptions, create_app
+from edgespec_tui.cli import main as chat_main
+from edgespec_tui.store import ChatFile, chats_dir, find_chat, list_chats
+from tests.conftest import demo_paths
+from tests.fakes import make_engine, make_slow_engine
+
+SIZE = (100, 30)
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def options(tmp: Path, **kw: object) -> ChatOptions:
+    base: dict[str, object] = dict(seed=0, k=4, timings=False, sys_reader=lambda: (1e6, 1.0), chats_dir=tmp)
+    base.update(kw)
+    return ChatOptions(**base)  # type: ignore[arg-type]
+
+
+def saved(directory: Path) -> list[dict]:
+    (path,) = directory.glob("*.json")
+    return json.loads(path.read_text())["messages"]  # type: ignore[no-any-return]
+
+
+async def settle(pilot, app: ChatApp) -> None:
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def send(pilot, app: ChatApp, text: str) -> None:
+    app.query_one("#prompt").value = text
+    await pilot.press("enter")
+    await settle(pilot, app)
+
+
+async def start_reply(pilot, app: ChatApp, text: str, within_s: float = 60) -> None:
+    """Send `text` and return once the reply has some text (it is still generating)."""
+    app.query_one("#prompt").value = text
+    await pilot.press("enter")
+    t0 = time.monotonic()
+    while not app.messages("assistant")[-1].text:
+        assert time.monotonic() - t0 < within_s
+        await asyncio.sleep(0.02)
+    assert app.generating
+
+
+async def wait_until(condition, within_s: float) -> float:
+    t0 = time.monotonic()
+    while not condition():
+        assert time.monotonic() - t0 < within_s
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0
+
+
+async def crash_mid_reply(pilot, app: ChatApp, engine: IsolatedEngine, tmp: Path) -> None:
+    """The bar: one finished turn, a second killed mid-reply; both stay on screen and on disk,
+    the engine comes back, the next turn is answered."""
+    await start_reply(pilot, app, "first question")
+    await pilot.press("escape")  # a finished turn (stopped by the user)
+    await settle(pilot, app)
+    first = list(app.history)
+    assert len(first) == 2 and saved(tmp) == first
+    await start_reply(pilot, app, "second question")
+    pid = engine.pid
+    assert pid is not None and pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    assert await wait_until(lambda: not app.generating, 5) < 5
+    await settle(pilot, app)
+    (error,) = app.messages("error")
+    assert "engine process died" in error.text and "SIGKILL" in error.text
+    users = [m.text for m in app.messages("user")]
+    assert users == ["first question", "second question"]
+    assert app.history[:2] == first and saved(tmp) == app.history  # the partial reply is kept, marked [error]
+    await wait_until(lambda: engine.state == "ok", 60)
+    app.options.max_tokens = 8
+    await send(pilot, app, "third question")
+    assert app.last_reason in ("length", "stop") and len(app.history) == 6 and saved(tmp) == app.history
+
+
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
+async def test_sigkill_mid_reply_is_an_error_message_and_the_conversation_stays(tmp_path: Path) -> None:
+    engine = IsolatedEngine(ChildSpec(factory="tests.fakes:make_slow_engine", kwargs={"delay": 0.02}))
+    try:
+        app = create_app(engine, options=options(tmp_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await crash_mid_reply(pilot, app, engine, tmp_path)
+    finally:
+        engine.close()
+
+
+@pytest.mark.real
+async def test_real_pair_sigkill_mid_reply_keeps_the_conversation(tmp_path: Path) -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    engine = Engine.load(paths[0], paths[1], n_ctx=2048, isolated=True)
+    assert isinstance(engine, IsolatedEngine)
+    try:
+        app = create_app(engine, options=options(tmp_path, k=None, seed=None))
+        async with app.run_test(size=SIZE) as pilot:
+            await crash_mid_reply(pilot, app, engine, tmp_path)
+    finally:
+        engine.close()
+
+
+async def test_a_reply_runs_to_the_end_of_the_context_not_to_256_tokens(tmp_path: Path) -> None:
+    app = create_app(make_engine(n_ctx=512), options=options(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        assert app.last_reason == "length" and app.last_stats.n_generated > 256
+        assert "context is full" in app.messages("assistant")[0].meta
+
+
+@pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it
+async def test_the_user_message_is_on_disk_before_the_reply_starts(tmp_path: Path) -> None:
+    app = create_app(make_slow_engine(0.02), options=options(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5 t6"
+        await pilot.press("enter")
+        assert app.generating and saved(tmp_path) == [{"role": "user", "content": "t5 t6"}]
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert saved(tmp_path) == app.history and len(app.history) == 2
+
+
+async def test_resume_shows_the_chat_and_continues_the_same_file(tmp_path: Path) -> None:
+    app = create_app(make_engine(), options=options(tmp_path, max_tokens=8))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5 t6")
+        await send(pilot, app, "t7")
+    history = app.history
+    chat = find_chat(None, tmp_path)
+    assert chat.messages == history and chat.model == "fake"
+    again = create_app(make_engine(), options=options(tmp_path, max_tokens=8, resume=chat))
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.history == history
+        assert [m.text for m in again.messages("user")] == ["t5 t6", "t7"]
+        await send(pilot, again, "t9")
+        assert len(again.history) == 6
+    assert len(list(tmp_path.glob("*.json"))) == 1 and saved(tmp_path) == again.history
+
+
+async def test_a_resumed_message_without_a_reply_goes_back_to_the_prompt(tmp_path: Path) -> None:
+    ChatFile(tmp_path, model="fake").save([{"role": "user", "content": "t5 t6"}])
+    app = create_app(make_engine(), options=options(tmp_path, resume=find_chat(None, tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.history == [] and app.query_one("#prompt").value == "t5 t6"
+
+
+async def test_new_chat_starts_a_new_file_and_keeps_the_old_one(tmp_path: Path) -> None:
+    app = create_app(make_engine(), options=options(tmp_path, max_tokens=8))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5")
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await send(pilot, app, "t6")
+    chats = list_chats(tmp_path)
+    assert len(chats) == 2 and {c.messages[0]["content"] for c in chats} == {"t5", "t6"}
+
+
+async def test_a_chat_that_cannot_be_saved_says_so_once_and_goes_on(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    app = create_app(make_engine(), options=options(blocker / "chats", max_tokens=8))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5")
+        await send(pilot, app, "t6")
+        errors = app.messages("error")
+        assert len(errors) == 1 and "could not save" in errors[0].text
+        assert len(app.history) == 4
+
+
+def test_a_failed_write_leaves_the_previous_file_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = ChatFile(tmp_path, model="m")
+    f.save([{"role": "user", "content": "kept"}])
+
+    def broken(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError):
+        f.save([{"role": "user", "content": "kept"}, {"role": "assistant", "content": "lost"}])
+    assert saved(tmp_path) == [{"role": "user", "content": "kept"}]
+    assert [p.name for p in tmp_path.iterdir()] == [f.path.name]  # no temporary file left
+
+
+def test_list_and_resume_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert chat_main(["--list"]) == 0
+    assert capsys.readouterr().out == ""
+    ChatFile(chats_dir(), model="m").save([{"role": "user", "content": "why is the sky blue at noon"}])
+    assert chat_main(["--list"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(find_chat(None).id) and "why is the sky blue" in line
+    assert chat_main(["--resume", "no-such-chat"]) == 2
+    assert "no saved chat with id 'no-such-chat'" in capsys.readouterr().err

@@ -1,0 +1,113 @@
+"""Saved chats: one JSON file per conversation under `$EDGESPEC_HOME/chats/`.
+
+The chat writes its file whenever the conversation changes (a message sent, a
+reply finished), through a temporary file and `os.replace`, so a crash of
+anything (the engine, the app, the machine) leaves the last complete version:
+at most the reply in progress is lost. `edgespec chat --list` prints the saved
+chats, `--resume [ID]` reopens one (the most recent without an ID).
+
+A file: {"id", "created", "updated" (ISO times), "model", "messages": [{"role", "content"}]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from edgespec import EdgespecError
+from edgespec.llama.config import home
+
+WORDS = 8  # of the first message, in --list
+
+
+def chats_dir() -> Path:
+    return home() / "chats"
+
+
+@dataclass
+class SavedChat:
+    id: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    model: str = ""
+    created: str = ""
+    updated: str = ""
+
+    def summary(self) -> str:
+        """One line for --list: id, time, the first words."""
+        first = next((m["content"] for m in self.messages if m["role"] == "user"), "")
+        words = " ".join(first.split()[:WORDS])
+        more = "…" if len(first.split()) > WORDS else ""
+        when = self.updated[:16].replace("T", " ")
+        return f"{self.id}  {when}  {len(self.messages):3d} messages  {words}{more}"
+
+
+class ChatFile:
+    """The file of one conversation; `save` replaces it whole."""
+
+    def __init__(self, directory: Path, chat: SavedChat | None = None, model: str = "") -> None:
+        self.directory = directory
+        now = _now()
+        self.chat = chat or SavedChat(f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}", [], model, now, now)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"{self.chat.id}.json"
+
+    def save(self, messages: list[dict[str, str]]) -> None:
+        """Write the conversation atomically; OSError when the disk says no."""
+        if not messages:
+            return
+        self.chat.messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        self.chat.updated = _now()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(self.chat.__dict__, ensure_ascii=False, indent=1)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{self.chat.id}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def list_chats(directory: Path | None = None) -> list[SavedChat]:
+    """Saved chats, the most recently updated first (unreadable files are skipped)."""
+    directory = directory or chats_dir()
+    chats = []
+    for path in directory.glob("*.json"):
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in raw["messages"]]
+            chat = SavedChat(
+                path.stem, messages, str(raw.get("model", "")), raw.get("created", ""), raw.get("updated", "")
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        chats.append(chat)
+    return sorted(chats, key=lambda c: (c.updated, c.id), reverse=True)
+
+
+def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
+    """The chat `chat_id` (or a unique start of it); None: the most recent."""
+    chats = list_chats(directory)
+    if not chats:
+        raise EdgespecError(f"no saved chats in {directory or chats_dir()}; start one with `edgespec chat`")
+    if chat_id is None:
+        return chats[0]
+    found = [c for c in chats if c.id == chat_id] or [c for c in chats if c.id.startswith(chat_id)]
+    if len(found) != 1:
+        what = "no saved chat" if not found else f"{len(found)} saved chats"
+        raise EdgespecError(f"{what} with id {chat_id!r}; `edgespec chat --list` shows them")
+    return found[0]
+
+
+def _now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
