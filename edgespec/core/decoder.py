@@ -220,11 +220,13 @@ class Decoder:
                 plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
             from_lookup = plan.source == LOOKUP and proposal is not None
+            catch_up_s = 0.0
             if draft is not None and k and not from_lookup and len(draft.tokens) < len(committed) - 2:
                 # the draft sat out plain steps: catch it up outside the step the controller times
                 t_catch = time.perf_counter()
                 draft.sync(committed[:-1])
-                stats.draft_s += time.perf_counter() - t_catch
+                catch_up_s = time.perf_counter() - t_catch
+                stats.draft_s += catch_up_s
             t_step = time.perf_counter()
             drafts: list[int] = []
             qs: list[Dist] = []
@@ -275,6 +277,7 @@ class Decoder:
                 sure=tuple(sure),
                 source=LOOKUP if from_lookup else MODEL,
                 match=proposal.n if from_lookup and proposal is not None else 0,
+                catch_up_s=catch_up_s,
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
             self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)

@@ -25,7 +25,7 @@ MAX_TOKENS = 256  # tokens generated per request unless asked otherwise
 MAX_TOKENS_CAP = 2048  # the most one server request may ask for (--max-tokens-cap)
 N_CTX = 4096  # context size of both models
 K_LIMIT = 32  # largest fixed K a request or a pair may ask for
-K_MAX = 10  # largest K the adaptive controller tries
+K_MAX = K_LIMIT  # largest K the adaptive controller may grow to (it stops where the machine says)
 
 # the server
 HOST = "127.0.0.1"

@@ -1,27 +1,33 @@
-"""The median of recent timings, robust to one-off slow calls; shared by every cost table."""
+"""Recent timings and a value robust to noise; shared by every cost table."""
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
+
+CONFIRM = 3  # samples before their lower quartile is trusted over their minimum
 
 
 class Recent:
-    """The median of the last few timings: robust to the first call of a new batch shape
-    (llama.cpp builds a graph for it) and to a moment of contention on a shared machine."""
+    """Recent timings of one kind of step, and a value robust to noise. Noise on a shared
+    machine only ever adds time (a hiccup can make one step ten times slower; llama.cpp's
+    first call of a batch shape builds a graph), so the value is a low one: the lower
+    quartile once there are CONFIRM samples, the fastest before that."""
 
-    __slots__ = ("samples", "n")
+    __slots__ = ("samples", "n", "_value")
 
     def __init__(self, size: int = 9) -> None:
         self.samples: deque[float] = deque(maxlen=size)
         self.n = 0
+        self._value: float | None = None
 
     def add(self, x: float) -> None:
-        if self.n == 1:
-            self.samples.clear()  # the very first call of a shape pays for building its graph
         self.samples.append(x)
         self.n += 1
+        self._value = None
 
     @property
     def value(self) -> float:
-        return statistics.median(self.samples) if self.samples else 0.0
+        if self._value is None:
+            xs = sorted(self.samples)
+            self._value = xs[len(xs) // 4] if len(xs) >= CONFIRM else min(xs, default=0.0)
+        return self._value

@@ -1,80 +1,118 @@
-"""Whole-step times per K measured on this machine, and the cost line fitted to them.
+"""Whole-step times per K measured on this machine, and the cost curve made of them.
 
-One `StepTimes` per engine, shared by its controllers (costs are the machine's;
-acceptance is the temperature's). Also holds the target's `VerifyTimes` (time
-per verified batch size), which prompt lookup's cost model reads.
+No machine prior: the curve T(K) is whatever this machine measured, in any shape (a
+CPU's line, a GPU's flat-then-rising verify, a fixed cost for switching between the
+two models). `curve()` makes it usable everywhere in 0..k_max:
+
+  * measured K: a low quantile of the last few whole steps of that K, then smoothed to be
+    non-decreasing in K (more drafting never makes a step cheaper; a slow moment at
+    one K is pooled with its neighbours rather than trusted);
+  * between measured K: a straight line between the neighbours;
+  * past the largest measured K (the frontier): only the draft's own cost is added,
+    `draft_slope()` per token (a draft token is one single-token eval of the draft on
+    any machine, so that part is a line; the verify part beyond the frontier is unknown
+    and taken as flat). That bound is optimistic on purpose: the controller may step
+    one K past the frontier to measure it, never further on a guess.
+
+One `StepTimes` per engine, shared by its controllers (costs are the machine's,
+acceptance is the temperature's). Also holds the target's `VerifyTimes` (time per
+verified batch size), which prompt lookup's cost model reads.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from . import defaults
 from .lookup_policy import VerifyTimes
 from .recent import Recent
 
-STALE_STEPS = 64
-OUTLIER = 0.25  # a step-time median this far off the fitted line is left out of the refit
-SWITCH_MAX = 1.3  # a speculative step's fixed part, at most, in plain steps (measured: about 1.15)
-
 
 class StepTimes:
-    """Whole-step times per K (draft + verify + Python) measured on this machine, with the
-    fitted cost line. One per engine, shared by its controllers: what a step costs does not
-    depend on the temperature, only acceptance does, so a new temperature starts knowing it."""
+    """Whole-step and draft-part times per K (draft + verify + Python) on this machine."""
 
     def __init__(self, k_max: int = defaults.K_MAX) -> None:
         self.k_max = k_max
         self.verify = VerifyTimes()  # target passes by batch size, from every kind of step
         self.by_k = [Recent() for _ in range(k_max + 1)]
-        self.seen_at = [0] * (k_max + 1)  # the observation at which each K was last measured
+        self.draft_by_k = [Recent() for _ in range(k_max + 1)]
+        self.catch_up = Recent()  # feeding the draft the tokens it missed during plain steps
         self.clock = 0
+        self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
 
-    def add(self, k: int, seconds: float) -> None:
+    def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
         if k <= self.k_max:
             self.by_k[k].add(seconds)
-            self.seen_at[k] = self.clock
+            if k:
+                self.draft_by_k[k].add(draft_s)
 
     def measured(self) -> bool:
-        return bool(self.by_k[0].n) and any(r.n for r in self.by_k[1:])
+        """A plain step and a draft step were both timed."""
+        return self.by_k[0].n > 0 and self.clock > self.by_k[0].n
 
     @property
     def plain(self) -> float:
         return self.by_k[0].value
 
-    def fit(self) -> tuple[float, float]:
-        """(fixed, per draft token) seconds of a speculative step, fitted to the measured
-        medians by weighted least squares, then once more without the medians that lie
-        more than OUTLIER off the line (a K measured once, in a slow moment, would
-        otherwise bend it for as long as that K is not tried again)."""
-        pts = [(k, r.value, min(len(r.samples), 5)) for k, r in enumerate(self.by_k) if k >= 1 and r.n]
+    def draft_slope(self) -> float:
+        """Seconds per extra draft token: the median of the slopes between every two measured
+        K of the draft part (Theil-Sen: one K caught in a slow moment does not tilt it; with
+        one K measured, its draft time per token, an upper bound)."""
+        pts = [(k, r.value) for k, r in enumerate(self.draft_by_k) if k and r.n]
+        if len(pts) < 2:
+            return pts[0][1] / pts[0][0] if pts else 0.0
+        slopes = [(tb - ta) / (kb - ka) for i, (ka, ta) in enumerate(pts) for kb, tb in pts[i + 1 :]]
+        return max(0.0, statistics.median(slopes))
+
+    def frontier(self) -> int:
+        """The largest K measured."""
+        self.curve()
+        return self._curve[2]
+
+    def curve(self) -> list[float]:
+        """Estimated seconds of a step at each K = 0..min(k_max, frontier + 2) (see the
+        module docstring); computed once per observation."""
+        if self._curve[0] != self.clock:
+            frontier = max((k for k, r in enumerate(self.by_k) if r.n), default=0)
+            self._curve = (self.clock, self._fit(min(self.k_max, frontier + 2)), frontier)
+        return self._curve[1]
+
+    def _fit(self, top: int) -> list[float]:
+        """The curve up to K = top (past the frontier nothing is chosen, so nothing is needed)."""
+        pts = [(k, r.value, float(min(len(r.samples), 5))) for k, r in enumerate(self.by_k) if r.n]
         if not pts:
-            return self.plain, 0.0  # nothing drafted yet: no line to fit
-        fresh = [p for p in pts if self.clock - self.seen_at[p[0]] <= STALE_STEPS]
-        if len(fresh) >= 2:
-            pts = fresh  # costs measured long ago may belong to another text or load
-        fixed, slope = _line(pts, self.plain)
-        kept = [(k, t, n) for k, t, n in pts if abs(t - fixed - slope * k) <= OUTLIER * t]
-        if len(kept) >= 2 and len(kept) < len(pts):
-            fixed, slope = _line(kept, self.plain)
-        return fixed, slope
+            return [0.0] * (top + 1)
+        ks, ts = _monotone(pts)
+        slope = self.draft_slope()
+        out: list[float] = []
+        j = 0  # the first trusted point at or past k
+        for k in range(top + 1):
+            while j < len(ks) and ks[j] < k:
+                j += 1
+            if j == len(ks):
+                t = ts[-1] + (k - ks[-1]) * slope
+            elif j == 0 or ks[j] == k:
+                t = ts[j]
+            else:
+                t = ts[j - 1] + (k - ks[j - 1]) / (ks[j] - ks[j - 1]) * (ts[j] - ts[j - 1])
+            out.append(max(t, out[-1]) if out else t)
+        return out
 
 
-def _line(pts: list[tuple[int, float, int]], plain: float) -> tuple[float, float]:
-    """Weighted least squares of (K, seconds, weight) points. A speculative step holds one
-    target pass plus the cost of switching between the two models, so the fixed part lies
-    between one and SWITCH_MAX plain steps; a free fit outside that range (a few neighbouring
-    K and one slow moment are enough for it) is pulled back to the bound and the slope
-    refitted through it, which keeps the extrapolation to far K, and to K = 0, sane."""
-    w = sum(n for _, _, n in pts)
-    mk = sum(k * n for k, _, n in pts) / w
-    mt = sum(t * n for _, t, n in pts) / w
-    var = sum(n * (k - mk) ** 2 for k, _, n in pts)
-    if var > 0:
-        slope = max(0.0, sum(n * (k - mk) * (t - mt) for k, t, n in pts) / var)
-        fixed = mt - slope * mk
-        if plain <= fixed <= SWITCH_MAX * plain:
-            return fixed, slope
-    fixed = plain if var == 0 else min(max(mt - slope * mk, plain), SWITCH_MAX * plain)
-    # through (0, fixed): least squares of t - fixed = slope * k
-    slope = sum(n * k * (t - fixed) for k, t, n in pts) / sum(n * k * k for k, _, n in pts)
-    return fixed, max(0.0, slope)
+def _monotone(pts: list[tuple[int, float, float]]) -> tuple[list[int], list[float]]:
+    """Weighted isotonic regression (pool adjacent violators) of (K, seconds, weight),
+    sorted by K: the closest non-decreasing sequence."""
+    blocks: list[list[float]] = []  # [sum of weight * t, sum of weight, first index, last index]
+    for i, (_, t, w) in enumerate(pts):
+        blocks.append([w * t, w, i, i])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            last = blocks.pop()
+            blocks[-1][0] += last[0]
+            blocks[-1][1] += last[1]
+            blocks[-1][3] = last[3]
+    ts = [0.0] * len(pts)
+    for total, weight, first, last_i in blocks:
+        for m in range(int(first), int(last_i) + 1):
+            ts[m] = total / weight
+    return [k for k, _, _ in pts], ts

@@ -29,6 +29,7 @@ from edgespec import EdgespecError, Engine
 
 from .copying import PROMPTS as COPYING_PROMPTS
 from .copying import lookup_cells
+from .simulate import MACHINES, PROFILES
 
 PROMPTS = {
     "code": "Write a Python function that parses a CSV file and returns the average of each numeric column.",
@@ -48,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench-out")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ks", default="0,1,2,3,4,5,6,7,8", help="fixed K values for edgespec")
+    p.add_argument("--ks", default=None, help="fixed K values for edgespec (default 0..8; simulated: 0..16)")
     p.add_argument("--temps", default="0,0.8")
     p.add_argument("--prompts", default=",".join(PROMPTS))
     p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values")
@@ -65,6 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only-lookup", action="store_true", help="run the prompt-lookup section only")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--simulate", action="store_true", help="simulated machines instead of models (no llama.cpp)")
+    p.add_argument("--machines", default=",".join(m.name for m in MACHINES), help="--simulate: machines, or seedN")
+    p.add_argument("--profiles", default=",".join(PROFILES), help="--simulate: acceptance profiles")
     p.set_defaults(func=cmd_bench)
 
 
@@ -225,6 +229,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .report import write_reports
 
     setup_logging(args.verbose)
+    if args.simulate:
+        from .sim_bench import cmd_simulate
+
+        return cmd_simulate(args)
+    args.ks = args.ks or "0,1,2,3,4,5,6,7,8"
     cfg = load_config(args.config)
     _check_args(args, cfg)
     target, draft = prepare_pair(cfg, args.pair)

@@ -1,0 +1,110 @@
+"""Acceptance of model drafts, kept so that it follows the text within a few steps.
+
+Per position i, alpha_i is the rate at which a drafted token is accepted given that
+the ones before it were: decayed counts (DECAY per drafting step), each position's
+rate shrunk towards the pooled one (far positions are tried less often). Steady text
+then gets a long, precise memory; a turn of the text (prose to code and back) is
+caught by a test rather than by forgetting fast: when the acceptance of the last one
+to CHANGE_WINDOW steps is implausible under the current estimate (a bound on its
+binomial tail below CHANGE_LEVEL), the evidence before them is scaled down to the weight of one
+token, so the estimate jumps to the new text at once instead of drifting
+there over dozens of steps.
+
+Also per bucket of the draft's confidence in its token (SURE_EDGES): the evidence
+behind the in-step stop rule. Pure: no model, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+
+DECAY = 0.98  # per drafting step: ~50 steps of memory, enough for a rate within a few % on steady text
+SHRINK = 4.0  # pseudo-counts pulling a per-position or per-bucket rate towards the pooled one
+CHANGE_WINDOW = 8  # steps a turn may take to show: enough tokens tried even when few are accepted
+CHANGE_LEVEL = 1e-3  # a false alarm about once in a thousand steps on steady text
+SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a drafted token
+
+
+def binomial_tail(n: int, x: int, p: float) -> float:
+    """A bound on the probability of a count as far from n * p as x is, on x's side:
+    exp(-n KL(x/n || p)) (Chernoff; exact when x is 0 or n, a little above the tail else)."""
+    if n == 0:
+        return 1.0
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    q = x / n
+    kl = (q * math.log(q / p) if q > 0 else 0.0) + ((1 - q) * math.log((1 - q) / (1 - p)) if q < 1 else 0.0)
+    return math.exp(-n * kl)
+
+
+class Acceptance:
+    def __init__(self, positions: int, prior: float = 0.6) -> None:
+        self.prior = prior
+        self.tried = [0.0] * positions
+        self.accepted = [0.0] * positions
+        self.sure_tried = [0.0] * (len(SURE_EDGES) + 1)
+        self.sure_accepted = [0.0] * (len(SURE_EDGES) + 1)
+        self._window: deque[tuple[int, int, tuple[float, ...]]] = deque(maxlen=CHANGE_WINDOW)
+        self.changes = 0  # turns of the text detected so far
+        self._n_tried = self._n_accepted = 0.0  # sums of tried and accepted, kept as they change
+
+    def pooled(self) -> float:
+        """Acceptance over all positions (the prior before any draft token was verified)."""
+        return self._n_accepted / self._n_tried if self._n_tried > 0 else self.prior
+
+    def _shrunk(self, accepted: list[float], tried: list[float]) -> list[float]:
+        pooled = self.pooled()
+        return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
+
+    def alpha(self) -> list[float]:
+        return self._shrunk(self.accepted, self.tried)
+
+    def by_sure(self) -> list[float]:
+        """Acceptance of a drafted token per bucket of the draft's confidence in it."""
+        return self._shrunk(self.sure_accepted, self.sure_tried)
+
+    def observe(self, k: int, n_accepted: int, sure: tuple[float, ...]) -> None:
+        """A model-draft step: k tokens drafted, n_accepted of them kept."""
+        n_tried = min(n_accepted + 1, k)  # positions after a rejection were not tested
+        step = (n_tried, n_accepted, sure[:n_tried])
+        p = self.pooled()
+        self._scale(DECAY)
+        self._add(step)
+        self._window.append(step)
+        # the recent steps that fit the current estimate worst (the last one, two, ...)
+        n = x = 0
+        worst, since = 1.0, 0
+        for j, (t, a, _) in enumerate(reversed(self._window)):
+            n, x = n + t, x + a
+            tail = binomial_tail(n, x, p)
+            if tail < worst:
+                worst, since = tail, j + 1
+        if worst < CHANGE_LEVEL:
+            # the text turned: what came before weighs as one drafted token (a guess to
+            # start from, not evidence), and the steps since the turn count in full
+            suffix = list(self._window)[-since:]
+            self._scale(1.0 / max(self._n_tried, 1.0))
+            for st in suffix:
+                self._add(st)
+            self._window = deque(suffix, maxlen=CHANGE_WINDOW)
+            self.changes += 1
+
+    def _add(self, step: tuple[int, int, tuple[float, ...]]) -> None:
+        n_tried, n_accepted, sure = step
+        for i, s in enumerate(sure):
+            b = bisect.bisect_right(SURE_EDGES, s)
+            self.sure_tried[b] += 1.0
+            self.sure_accepted[b] += i < n_accepted
+        for i in range(min(n_tried, len(self.tried))):
+            self.tried[i] += 1.0
+            self.accepted[i] += i < n_accepted
+            self._n_tried += 1.0
+            self._n_accepted += i < n_accepted
+
+    def _scale(self, d: float) -> None:
+        self._n_tried *= d
+        self._n_accepted *= d
+        for xs in (self.tried, self.accepted, self.sure_tried, self.sure_accepted):
+            for i in range(len(xs)):
+                xs[i] *= d

@@ -1,0 +1,96 @@
+"""`edgespec bench --simulate`: the adaptive controller against every fixed K on simulated
+machines (simulate.py), through the real Engine and decoder, in seconds and without models.
+
+Per machine x acceptance profile: one fresh engine; each round runs every fixed K and the
+adaptive controller once (greedy, the same prompt), so a slow moment on a shared machine
+touches one run of many columns; the figure is the median over rounds. The adaptive
+controller keeps what it measured from round to round, as in a running server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+
+from edgespec import Engine
+
+from .simulate import MACHINES, PROFILES, Machine, Profile, VirtualClock, pair, random_machine
+
+PROMPT = [1, *range(10, 26)]
+
+
+def speeds(
+    machine: Machine,
+    profile: Profile,
+    ks: Sequence[int],
+    *,
+    tokens: int = 256,
+    rounds: int = 3,
+    seed: int = 0,
+    clock: VirtualClock | None = None,
+) -> dict[str, float]:
+    """Median tokens/s of each fixed K ("0".."16") and of "adaptive" on one machine."""
+    target, draft = pair(machine, profile, seed, clock)
+    engine = Engine(target, draft, name=machine.name, lookup=False)
+    runs: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for k in [*ks, None]:
+            engine.reset()
+            res = engine.generate(PROMPT, temperature=0.0, max_tokens=tokens, k=k, speculative=k != 0)
+            runs.setdefault("adaptive" if k is None else str(k), []).append(res.stats.tokens_per_s)
+    return {key: statistics.median(xs) for key, xs in runs.items()}
+
+
+def summary(row: dict[str, float]) -> dict[str, float]:
+    fixed = {int(k): v for k, v in row.items() if k != "adaptive"}
+    best = max(fixed, key=fixed.__getitem__)
+    return {
+        "best_k": best,
+        "best": fixed[best],
+        "median": statistics.median(fixed.values()),
+        "vs_best": row["adaptive"] / fixed[best],
+        "vs_median": row["adaptive"] / statistics.median(fixed.values()),
+    }
+
+
+def machines(names: str) -> list[Machine]:
+    known = {m.name: m for m in MACHINES}
+    out = []
+    for name in (x for x in names.split(",") if x):
+        if name.startswith("seed") and name[4:].isdigit():
+            out.append(random_machine(int(name[4:])))
+        elif name in known:
+            out.append(known[name])
+        else:
+            raise SystemExit(f"no simulated machine {name!r}; known: {', '.join(known)}, or seedN")
+    return out
+
+
+def table(results: list[tuple[str, str, dict[str, float]]], ks: Sequence[int]) -> str:
+    head = ["machine", "profile", "adaptive", *[f"K={k}" for k in ks], "best fixed", "/best", "/median"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, prof, row in results:
+        s = summary(row)
+        cells = [name, prof, f"{row['adaptive']:.0f}", *[f"{row[str(k)]:.0f}" for k in ks]]
+        cells += [f"K={s['best_k']:.0f}", f"{s['vs_best']:.2f}x", f"{s['vs_median']:.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(17))
+    results = []
+    for m in machines(args.machines):
+        for prof in (x for x in args.profiles.split(",") if x):
+            if prof not in PROFILES:
+                raise SystemExit(f"no acceptance profile {prof!r}; known: {', '.join(PROFILES)}")
+            row = speeds(m, PROFILES[prof], ks, tokens=args.tokens, rounds=args.repeats)
+            s = summary(row)
+            print(f"  {m.name} {prof}: adaptive {s['vs_best']:.2f}x best fixed (K={s['best_k']:.0f})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            results.append((m.name, prof, row))
+    print("Tokens/s on simulated machines (greedy; adaptive vs every fixed K):\n")
+    print(table(results, ks))
+    return 0

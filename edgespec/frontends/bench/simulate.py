@@ -1,0 +1,214 @@
+"""A simulated machine: fake target and draft models whose evals take the time a cost curve
+says (a real clock) and whose agreement follows an acceptance profile.
+
+Both models follow the `Model` / `TextModel` protocols, so the real `Engine` and decoder
+run on them unchanged. The target's next token is a hash of (position, previous token);
+the draft proposes the same token with the probability the profile gives at that
+position, and its confidence in its token is a noisy hint of whether it agrees (as with
+real drafts: sure tokens are accepted more often, not always). Everything is a pure
+function of the context, so re-evaluating a cut cache gives the same rows.
+
+Costs: `Curve` is the time of one eval of n tokens, flat up to a knee and then rising
+per token (a CPU is a knee of 1; a GPU verifies a batch up to its knee for the price of
+one token); `switch_s` is paid when an eval runs on the other model than the last one
+(weights evicting each other from a cache). `MACHINES` is the table the bench prints;
+`random_machine(seed)` draws others from the same broad ranges (tests judge the
+controller on seeds nothing was tuned on).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+VOCAB = 64  # ids 0..2 special (BOS 1, EOS 2); small, so the decoder's own Python work stays small
+SURE_SPREAD = 1.5  # scale of the logistic noise on the draft's confidence (in logits)
+SURE_SHIFT = 2.0  # the confidence's centre, in logits: +2 when the draft agrees, -2 when not
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Seconds of one eval of n tokens: `base` up to `knee` tokens, then `rise` x base more
+    per token past it."""
+
+    base: float
+    knee: int = 1
+    rise: float = 0.1
+
+    def __call__(self, n: int) -> float:
+        return self.base * (1.0 + self.rise * max(0, n - self.knee))
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    target: Curve
+    draft: Curve
+    switch_s: float = 0.0  # paid by an eval on the other model than the last one
+
+
+MS = 2e-3  # one plain target step: long enough that the controller's own ~0.1 ms is a few %
+# the tuning table: what the bench prints and what the controller was developed against
+MACHINES = (
+    Machine("cpu", Curve(1.0 * MS, 1, 0.08), Curve(0.25 * MS, 1, 0.15)),
+    Machine("cpu-switch", Curve(1.0 * MS, 1, 0.06), Curve(0.2 * MS, 1, 0.15), 0.1 * MS),
+    Machine("cpu-dear-draft", Curve(1.0 * MS, 1, 0.1), Curve(0.45 * MS, 1, 0.15)),
+    Machine("gpu-knee4", Curve(1.0 * MS, 4, 0.25), Curve(0.12 * MS, 8, 0.1)),
+    Machine("gpu-knee8", Curve(1.0 * MS, 8, 0.2), Curve(0.1 * MS, 8, 0.1)),
+    Machine("gpu-knee16", Curve(1.0 * MS, 16, 0.15), Curve(0.06 * MS, 16, 0.1), 0.05 * MS),
+)
+
+
+def random_machine(seed: int) -> Machine:
+    """A machine drawn from broad ranges: CPU-like or GPU-like, a draft 4-50% of the
+    target's cost, a switch cost of 0-15% of a target step."""
+    r = random.Random(seed)
+    gpu = r.random() < 0.5
+    knee = r.choice((2, 4, 8, 12, 16, 24)) if gpu else 1
+    rise = r.uniform(0.1, 0.3) if gpu else r.uniform(0.03, 0.15)
+    target = Curve(r.uniform(0.75, 1.5) * MS, knee, rise)
+    draft = Curve(target.base * r.uniform(0.04, 0.2 if gpu else 0.5), knee, r.uniform(0.05, 0.2))
+    return Machine(f"seed{seed}-{'gpu' if gpu else 'cpu'}", target, draft, target.base * r.uniform(0.0, 0.15))
+
+
+# acceptance profiles: the probability the draft agrees with the target at a position
+Profile = Callable[[int], float]
+
+
+def steady(a: float) -> Profile:
+    return lambda pos: a
+
+
+def switching(high: float, low: float, every: int) -> Profile:
+    """Text that turns every `every` tokens between easy (prose the draft predicts) and hard."""
+    return lambda pos: high if (pos // every) % 2 == 0 else low
+
+
+PROFILES: dict[str, Profile] = {
+    "steady-0.9": steady(0.9),
+    "steady-0.6": steady(0.6),
+    "switch-96": switching(0.95, 0.25, 96),
+}
+
+
+def _unit(*xs: int) -> float:
+    """A uniform number in [0, 1) hashed from integers (splitmix64's finaliser)."""
+    h = 0x9E3779B97F4A7C15
+    for x in xs:
+        h = (h ^ (x & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+        h = h * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return (h >> 11) / float(1 << 53)
+
+
+class VirtualClock:
+    """Time that passes only while a simulated model evaluates: the controller's decisions
+    judged without the host's noise or the Python around them. A stand-in for the `time`
+    module (tests put it in place of the decoder's); the bench uses the real clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class World:
+    """The text both models see, and the machine's clock (which model ran last)."""
+
+    def __init__(self, machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None) -> None:
+        self.machine, self.profile, self.seed, self.clock = machine, profile, seed, clock
+        self.last: str | None = None
+
+    def target_token(self, pos: int, prev: int) -> int:
+        return 3 + int(_unit(self.seed, pos, prev, 1) * (VOCAB - 3))
+
+    def draft_token(self, pos: int, prev: int) -> tuple[int, float]:
+        """(the draft's token, its confidence in it) for the token at `pos`."""
+        want = self.target_token(pos, prev)
+        agree = _unit(self.seed, pos, prev, 2) < self.profile(pos)
+        token = want if agree else 3 + (want - 3 + 1 + int(_unit(self.seed, pos, prev, 3) * (VOCAB - 4))) % (VOCAB - 3)
+        u = min(max(_unit(self.seed, pos, prev, 4), 1e-9), 1 - 1e-9)
+        z = (SURE_SHIFT if agree else -SURE_SHIFT) + SURE_SPREAD * math.log(u / (1 - u))
+        return token, 1.0 / (1.0 + math.exp(-z))
+
+    def wait(self, who: str, n: int, since: float) -> None:
+        """Hold the caller until the eval's cost has passed on the wall clock, asleep: on a
+        busy shared machine a sleeper is woken sooner than a spinner is rescheduled (the
+        sleep overshoots by some 0.07 ms, the same for every K: part of the machine)."""
+        curve = self.machine.target if who == "target" else self.machine.draft
+        cost = curve(n) + (self.machine.switch_s if self.last not in (None, who) else 0.0)
+        self.last = who
+        if self.clock is not None:
+            self.clock.now += cost
+            return
+        left = since + cost - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+
+class SimModel:
+    """One of the two fake models (`who`: "target" or "draft") over a shared `World`."""
+
+    add_bos, bos_id, eos_id = True, 1, 2
+
+    def __init__(self, world: World, who: str, n_ctx: int = 4096) -> None:
+        self.world, self.who = world, who
+        self.n_vocab, self.n_ctx = VOCAB, n_ctx
+        self.kv: list[int] = []
+        self._out = np.zeros((64, VOCAB), dtype=np.float32)
+
+    def _row(self, out: np.ndarray) -> None:
+        pos, prev = len(self.kv), self.kv[-1]
+        out[:] = 0.0
+        if self.who == "target":
+            out[self.world.target_token(pos, prev)] = 30.0  # the target is sure: p is one-hot-like
+            return
+        token, sure = self.world.draft_token(pos, prev)
+        out[token] = math.log(sure * (VOCAB - 1) / (1.0 - sure))  # softmax(row)[token] == sure
+
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
+        t0 = time.perf_counter()
+        if pos != len(self.kv):
+            raise RuntimeError(f"eval at {pos} but the cache holds {len(self.kv)}")
+        n_rows = 0 if logits_from is None else len(tokens) - logits_from
+        out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, VOCAB), dtype=np.float32)
+        for i, t in enumerate(tokens):
+            self.kv.append(int(t))
+            if logits_from is not None and i >= logits_from:
+                self._row(out[i - logits_from])
+        self.world.wait(self.who, len(tokens), t0)
+        return out[:n_rows]
+
+    def trim(self, n_keep: int) -> None:
+        del self.kv[n_keep:]
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eos_id
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        ids = [3 + sum(w.encode()) % (VOCAB - 3) for w in text.split()]
+        return ([self.bos_id] if add_special else []) + ids
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return b"" if token < 3 and not special else f"t{token} ".encode()
+
+    def token_text(self, token: int) -> str:
+        return f"t{token} "
+
+    def chat_template(self) -> str | None:
+        return "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+
+
+def pair(
+    machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None
+) -> tuple[SimModel, SimModel]:
+    """(target, draft) on one simulated machine: `Engine(*pair(...), lookup=False)`."""
+    world = World(machine, profile, seed, clock)
+    return SimModel(world, "target"), SimModel(world, "draft")

@@ -1,0 +1,123 @@
+"""The simulated machine (edgespec/frontends/bench/simulate.py) and the adaptive controller
+judged on it, through the real Engine and decoder, on machines it was not tuned on.
+
+HELD_OUT machines are drawn by `random_machine` from seeds that nothing was tuned on (the
+tuning table is simulate.MACHINES); the controller is judged there against every fixed
+K = 0..16 on the virtual clock (decisions only, deterministic), and loosely on the real
+clock (a shared machine is noisy). `edgespec bench --simulate --machines seed1001,...`
+prints the real-clock figures.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import edgespec.core.decoder as decoder_mod
+from edgespec import Engine
+from edgespec.core.controller import FixedK
+from edgespec.core.decoder import Decoder
+from edgespec.core.sampling import SamplingParams
+from edgespec.frontends.bench.sim_bench import PROMPT, speeds, summary
+from edgespec.frontends.bench.simulate import MACHINES, PROFILES, Curve, VirtualClock, pair, random_machine, steady
+from tests.fakes import decode
+
+HELD_OUT = (1001, 1002, 1003, 1004)
+
+
+def test_an_eval_takes_the_time_its_curve_says() -> None:
+    m = MACHINES[3]  # GPU-like: flat up to 4 tokens
+    target, _ = pair(m, steady(0.9))
+    target.eval(PROMPT, 0)
+    for n, want in ((1, m.target(1)), (4, m.target(4)), (8, m.target(8))):
+        t0 = time.perf_counter()
+        target.eval(list(range(3, 3 + n)), len(target.kv), logits_from=0)
+        assert time.perf_counter() - t0 >= want
+    assert Curve(1.0, 4, 0.5)(4) == 1.0 and Curve(1.0, 4, 0.5)(6) == 2.0
+
+
+def test_the_draft_agrees_as_the_profile_says_and_its_confidence_hints_at_it() -> None:
+    target, draft = pair(MACHINES[0], steady(0.7))
+    world = target.world
+    agree, sure_when = [], {True: [], False: []}
+    for pos in range(20, 2020):
+        token, sure = world.draft_token(pos, pos % 50)
+        ok = token == world.target_token(pos, pos % 50)
+        agree.append(ok)
+        sure_when[ok].append(sure)
+    assert abs(np.mean(agree) - 0.7) < 0.04
+    assert np.mean(sure_when[True]) > np.mean(sure_when[False]) + 0.3
+
+
+@pytest.mark.parametrize("k", [1, 4, 12])
+def test_greedy_speculation_on_a_simulated_machine_is_plain_decoding(k: int) -> None:
+    greedy = SamplingParams(0.0)
+    target, _ = pair(MACHINES[0], PROFILES["switch-96"])
+    plain = [t for s in decode(Decoder(target), PROMPT, greedy, FixedK(0), max_tokens=60,
+                               rng=np.random.default_rng(0)) for t in s.tokens]  # fmt: skip
+    dec = Decoder(*pair(MACHINES[0], PROFILES["switch-96"]))
+    spec = [t for s in decode(dec, PROMPT, greedy, FixedK(k), max_tokens=60, rng=np.random.default_rng(0))
+            for t in s.tokens]  # fmt: skip
+    assert spec == plain
+
+
+def test_the_engine_runs_on_a_simulated_pair() -> None:
+    engine = Engine(*pair(MACHINES[4], steady(0.9)), lookup=False)
+    res = engine.generate(PROMPT, temperature=0.0, max_tokens=40)
+    assert len(res.tokens) == 40 and res.stats.n_accepted > 0
+
+
+@pytest.mark.slow
+def test_adaptive_is_near_the_best_fixed_k_on_one_held_out_machine_on_the_real_clock() -> None:
+    row = speeds(random_machine(HELD_OUT[0]), steady(0.9), [0, 2, 4, 8, 12, 16], tokens=160)
+    # loose: on a busy shared machine a short run measured 0.79-1.0x (the controller's own
+    # ~0.1 ms a step is a few % of these 2-5 ms steps, and hiccups hit columns unevenly)
+    assert summary(row)["vs_best"] >= 0.75, row
+
+
+@pytest.fixture
+def virtual(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """The decoder's clock replaced by the simulated machines' own: the decisions judged,
+    deterministic, without the host's noise (and without the controller's own cost)."""
+    clock = VirtualClock()
+    monkeypatch.setattr(decoder_mod, "time", clock)
+    return clock
+
+
+# a little under what the held-out machines reached on the virtual clock when this was written
+# (steady 0.93-1.01x the best fixed K, switching 1.03-1.11x): a guard against regressions, not
+# the goal (0.95x steady, 1.10x switching; not reached everywhere)
+BARS = {"steady-0.9": 0.91, "steady-0.6": 0.94, "switch-96": 1.0}
+
+
+@pytest.mark.parametrize("seed", HELD_OUT[:2])
+def test_adaptive_against_every_fixed_k_on_held_out_machines(virtual: VirtualClock, seed: int) -> None:
+    for profile in ("steady-0.9", "switch-96"):
+        row = speeds(random_machine(seed), PROFILES[profile], range(17), clock=virtual)
+        assert summary(row)["vs_best"] >= BARS[profile], (profile, row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", HELD_OUT)
+@pytest.mark.parametrize("profile", BARS)
+def test_adaptive_against_every_fixed_k_on_all_held_out_machines(
+    virtual: VirtualClock, seed: int, profile: str
+) -> None:
+    row = speeds(random_machine(seed), PROFILES[profile], range(17), clock=virtual)
+    assert summary(row)["vs_best"] >= BARS[profile], row
+
+
+def test_bench_simulate_prints_the_table(capsys: pytest.CaptureFixture) -> None:
+    import argparse
+
+    from edgespec.frontends.bench.run import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = ["bench", "--simulate", "--machines", "gpu-knee8,seed7", "--profiles", "steady-0.9"]
+    args = parser.parse_args([*args, "--ks", "0,4", "--tokens", "30", "--repeats", "1"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "| gpu-knee8 | steady-0.9 |" in out and "| seed7-" in out and "K=4" in out
