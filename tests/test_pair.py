@@ -16,10 +16,10 @@ from edgespec.llama.pair import (
     check_tokenizers,
     kv_cache_bytes,
     memory_preflight,
-    remote_memory_check,
     pair_verdict,
     quantization_report,
     quantization_warnings,
+    remote_memory_check,
 )
 
 GIB = 1024**3
