@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 # llama-cpp-python compiles llama.cpp from source; use every core for it.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 # ...with llama.cpp's RPC backend (edgespec rpc-server, --rpc); your own CMAKE_ARGS (CUDA, Metal) come first.
-export CMAKE_ARGS := $(strip $(CMAKE_ARGS) -DGGML_RPC=ON)
+override CMAKE_ARGS := $(strip $(CMAKE_ARGS) -DGGML_RPC=ON)
+export CMAKE_ARGS
 LLAMA_PIN := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
 
 .PHONY: setup demo chat test test-fast bench lint clean
@@ -20,6 +21,7 @@ $(STAMP): pyproject.toml
 	@# pip's cache may hold a wheel built without RPC (it keys on the version, not the flags): rebuild it
 	$(PY) -c "import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_rpc())" || \
 	  $(PY) -m pip install --progress-bar off --no-cache-dir --force-reinstall --no-deps '$(LLAMA_PIN)'
+	$(PY) -c "import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_rpc())"
 	touch $(STAMP)
 
 demo: setup

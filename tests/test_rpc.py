@@ -26,7 +26,8 @@ def closed_port() -> int:
 
 def test_endpoints_are_parsed_and_bad_ones_named() -> None:
     assert parse_endpoints("10.0.0.2:50052, gpu-box:7000") == ("10.0.0.2:50052", "gpu-box:7000")
-    assert parse_endpoints(["[::1]:50052"]) == ("[::1]:50052",)
+    with pytest.raises(ConfigError, match="IPv4"):
+        parse_endpoints(["[::1]:50052"])
     for bad in ("10.0.0.2", "host:port", ":50052", "host:70000", ""):
         with pytest.raises(ConfigError, match="HOST:PORT"):
             parse_endpoints(bad)

@@ -232,3 +232,42 @@ def test_split_gives_content_none_when_only_calls() -> None:
     content, calls = tools.split(f"\n{CALL}\n")
     assert content is None and [c.name for c in calls] == ["get_weather"]
     assert tools.split("just text") == ("just text", [])
+
+
+@pytest.mark.parametrize("choice", [{"type": "function", "function": "f"}, {"function": None}, ["get_weather"]])
+def test_malformed_tool_choice_objects_are_refused_not_crashed(choice: object) -> None:
+    with pytest.raises(EdgespecError, match="tool_choice"):
+        make_toolset([WEATHER], choice, CHATML)
+
+
+def test_json_text_that_is_not_a_call_keeps_a_later_block() -> None:
+    out = feed_by_char(CallParser({"get_weather"}), '{"note": 1}\n' + CALL)
+    assert [p.name for p in out if isinstance(p, ToolCall)] == ["get_weather"]
+    assert "".join(p for p in out if isinstance(p, str)) == '{"note": 1}\n'
+
+
+def test_calls_on_separate_lines_are_read_even_with_separators_inside_strings() -> None:
+    text = '{"name": "a", "parameters": {"q": "x;y\\nz"}}\n{"name": "b", "parameters": {}}'
+    out = feed_by_char(CallParser({"a", "b"}), text)
+    assert [c.name for c in out if isinstance(c, ToolCall)] == ["a", "b"]
+    assert json.loads(out[0].arguments) == {"q": "x;y\nz"}  # type: ignore[union-attr]
+
+
+def test_a_functions_own_defs_still_resolve_inside_the_call_schema() -> None:
+    pydantic_like = {
+        "type": "function",
+        "function": {
+            "name": "move",
+            "parameters": {
+                "type": "object",
+                "properties": {"to": {"$ref": "#/$defs/Point"}},
+                "required": ["to"],
+                "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+            },
+        },
+    }
+    g = grammar([pydantic_like, WEATHER], "required")
+    call = '<tool_call>\n{"name":"move","arguments":{"to":{"x":3}}}\n</tool_call>'
+    assert g.valid_prefix(ids(call)) == len(call)
+    bad = '<tool_call>\n{"name":"move","arguments":{"to":{"x":"three"}}}'
+    assert g.valid_prefix(ids(bad)) < bad.index("three")

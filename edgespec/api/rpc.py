@@ -15,14 +15,13 @@ from ..core import defaults
 from ..core.errors import ConfigError
 from ..llama import backend
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")  # where binding needs no warning
+LOOPBACK = ("127.0.0.1", "localhost")  # where binding needs no warning
 
 
 def check_bindable(host: str, port: int) -> None:
     """A ConfigError when `host:port` cannot be bound (in use, or not this machine's address)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as err:
@@ -36,10 +35,12 @@ def serve_rpc(
 ) -> threading.Thread:
     """Start the RPC server on a daemon thread and return it (it runs until the process ends;
     the thread ends early only if the server could not start)."""
+    if ":" in host:
+        raise ConfigError(f"llama.cpp's RPC server listens on IPv4 addresses only (got {host})")
     check_bindable(host, port)
-    endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    endpoint = f"{host}:{port}"
     threads = threads or backend.default_threads()
-    backend.local_devices()  # llama.cpp's backends initialised; errors here, not on the thread
+    backend.rpc_server_function()  # a build without RPC fails here, in one line, not on the thread
     t = threading.Thread(target=backend.serve_rpc, args=(endpoint, threads), name="rpc-server", daemon=True)
     t.start()
     return t

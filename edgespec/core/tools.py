@@ -108,16 +108,20 @@ class ToolSet:
         (`auto`); None for Llama 3.x's `auto`, whose bare JSON calls have no trigger to wait for."""
         chosen = [f for f in self.functions if self.choice in ("auto", "required", f.name)]
         key = "parameters" if self.layout == "llama3" else "arguments"
+        defs: dict[str, Any] = {}
         options = [
             {
                 "type": "object",
-                "properties": {"name": {"const": f.name}, key: _object_schema(f.parameters)},
+                "properties": {"name": {"const": f.name}, key: _hoist_defs(_object_schema(f.parameters), i, defs)},
                 "required": ["name", key],
                 "additionalProperties": False,
             }
-            for f in chosen
+            for i, f in enumerate(chosen)
         ]
-        call = "%json " + json.dumps({"anyOf": options, "x-guidance": _NO_SPACES})
+        schema: dict[str, Any] = {"anyOf": options, "x-guidance": _NO_SPACES}
+        if defs:
+            schema["$defs"] = defs
+        call = "%json " + json.dumps(schema)
         if self.layout == "llama3":
             return None if self.choice == "auto" else f"start: {call}\n"
         block = f'"{_lark(OPEN)}\\n" {call} "\\n{_lark(CLOSE)}"'
@@ -156,6 +160,29 @@ def _lark(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def _hoist_defs(schema: dict[str, Any], i: int, defs: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with its own `$defs` / `definitions` moved into the combined schema's `$defs`
+    (as f{i}_NAME) and its local `$ref`s rewritten: nested in the call's schema, a
+    "#/$defs/X" would point at the wrong root (Pydantic's schemas use them routinely)."""
+    own = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    if not own:
+        return schema
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: fix(v) for k, v in node.items() if k not in ("$defs", "definitions")}
+            ref = node.get("$ref")
+            for prefix in ("#/$defs/", "#/definitions/"):
+                if isinstance(ref, str) and ref.startswith(prefix):
+                    out["$ref"] = f"#/$defs/f{i}_{ref[len(prefix) :]}"
+            return out
+        return [fix(x) for x in node] if isinstance(node, list) else node
+
+    for name, sub in own.items():
+        defs[f"f{i}_{name}"] = fix(sub)
+    return dict(fix(schema))
+
+
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return dict(parameters) if parameters else {"type": "object", "properties": {}}
 
@@ -188,8 +215,9 @@ def _choice(choice: Any) -> str:
         if choice not in ("auto", "none", "required"):
             raise EdgespecError(f'tool_choice must be "auto", "none", "required" or a function (got {choice!r})')
         return choice
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-    if not isinstance(name, str) or choice.get("type", "function") != "function":
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str) or not isinstance(choice, dict) or choice.get("type", "function") != "function":
         raise EdgespecError('tool_choice as an object must be {"type": "function", "function": {"name": ...}}')
     return name
 
@@ -281,7 +309,9 @@ class CallParser:
         if self._whole:
             text, self._buf = self._buf, ""
             calls = self._json_calls(text.strip().removeprefix(PYTHON_TAG))
-            return list(calls) if calls else [text]
+            if calls:
+                return list(calls)
+            self._whole, self._buf = False, text  # JSON that is not a call: text, maybe blocks later
         return self._scan(final=True)
 
     def _scan(self, final: bool) -> list[str | ToolCall]:
@@ -313,15 +343,18 @@ class CallParser:
     def _json_calls(self, text: str) -> list[ToolCall]:
         """The calls in a JSON text (one call, a list, llama.cpp's generic wrappers, or several
         objects separated by ';' or new lines); [] when it is anything else."""
-        try:
-            values: list[Any] = [json.loads(text)]
-        except ValueError:
-            values = []
-            for part in re.split(r";\s*|\n+", text):
-                try:
-                    values.append(json.loads(part))
-                except ValueError:
-                    return []
+        values: list[Any] = []
+        decoder, i = json.JSONDecoder(), 0
+        while True:
+            while i < len(text) and (text[i].isspace() or text[i] == ";"):
+                i += 1
+            if i == len(text):
+                break
+            try:
+                value, i = decoder.raw_decode(text, i)
+            except ValueError:
+                return []
+            values.append(value)
         calls: list[ToolCall] = []
         for value in values:
             if isinstance(value, dict) and "tool_calls" in value:

@@ -108,6 +108,8 @@ class LlamaModel:
         self._batch = None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        if devices is None and _rpc_registered:
+            devices = local_devices()  # RPC servers registered for another model are not this one's
         if devices is not None:  # a NULL-terminated list, kept alive as long as the model
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -362,10 +364,15 @@ def local_devices(*types: int) -> list[int]:
     return [d for d in devs if d not in remote and lib.ggml_backend_dev_type(d) in (types or (_DEV_GPU, _DEV_IGPU))]
 
 
+def rpc_server_function() -> Any:
+    """llama.cpp's RPC server entry (a BackendError on a build without RPC)."""
+    return _START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
+
+
 def serve_rpc(endpoint: str, threads: int, cache_dir: str | None = None) -> None:
     """Run llama.cpp's RPC server on `endpoint` until the process ends (blocks; no return).
     It serves this machine's GPUs, or its CPU when it has none, as llama.cpp's rpc-server."""
-    start = _START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
+    start = rpc_server_function()
     devices = local_devices() or local_devices(_DEV_CPU)[:1]
     if not devices:
         raise BackendError("llama.cpp found no device to serve")

@@ -28,6 +28,8 @@ def parse_endpoints(value: str | Iterable[str]) -> tuple[str, ...]:
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"RPC server {item!r} is not HOST:PORT (e.g. 192.168.1.20:{DEFAULT_PORT})")
+        if ":" in host or "[" in host:
+            raise ConfigError(f"RPC server {item!r}: llama.cpp's RPC speaks IPv4 or host names only")
         out.append(f"{host}:{int(port)}")
     if not out:
         raise ConfigError(f"give at least one RPC server as HOST:PORT (e.g. 127.0.0.1:{DEFAULT_PORT})")
