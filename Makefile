@@ -9,6 +9,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 override CMAKE_ARGS := $(strip $(CMAKE_ARGS) -DGGML_RPC=ON)
 export CMAKE_ARGS
 LLAMA_PIN := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
+HAS_RPC   := $(PY) -c "import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_rpc())"
 
 .PHONY: setup demo chat test test-fast bench lint clean
 
@@ -19,9 +20,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e '.[dev]'
 	@# pip's cache may hold a wheel built without RPC (it keys on the version, not the flags): rebuild it
-	$(PY) -c "import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_rpc())" || \
-	  $(PY) -m pip install --progress-bar off --no-cache-dir --force-reinstall --no-deps '$(LLAMA_PIN)'
-	$(PY) -c "import sys, llama_cpp; sys.exit(not llama_cpp.llama_supports_rpc())"
+	$(HAS_RPC) || $(PY) -m pip install --progress-bar off --no-cache-dir --force-reinstall --no-deps '$(LLAMA_PIN)'
+	$(HAS_RPC)
 	touch $(STAMP)
 
 demo: setup

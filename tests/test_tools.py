@@ -226,12 +226,12 @@ def test_what_is_not_a_call_of_an_offered_function_stays_content(answer: str) ->
     assert all(isinstance(p, str) for p in out) and "".join(out) == answer  # nothing the model wrote is lost
 
 
-def test_split_gives_content_none_when_only_calls() -> None:
+def test_answer_gives_content_none_and_tool_calls_when_only_calls() -> None:
     tools = make_toolset([WEATHER], "auto", CHATML)
     assert tools is not None
-    content, calls = tools.split(f"\n{CALL}\n")
-    assert content is None and [c.name for c in calls] == ["get_weather"]
-    assert tools.split("just text") == ("just text", [])
+    content, finish, calls = tools.answer(f"\n{CALL}\n", "stop")
+    assert content is None and [c.name for c in calls] == ["get_weather"] and finish == "tool_calls"
+    assert tools.answer("just text", "stop") == ("just text", "stop", [])
 
 
 @pytest.mark.parametrize("choice", [{"type": "function", "function": "f"}, {"function": None}, ["get_weather"]])

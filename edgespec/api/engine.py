@@ -384,7 +384,8 @@ class Engine:
         assert event is not None and event.finish_reason is not None
         text, finish, calls = "".join(parts), event.finish_reason, []
         if options.get("tools") is not None:
-            text, finish, calls = options["tools"].answer(text, finish)
+            content, finish, calls = options["tools"].answer(text, finish)
+            text = content or ""
         return Result(text, tokens, finish, event.stats, list(self.warnings), calls)
 
 

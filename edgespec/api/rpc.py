@@ -48,4 +48,4 @@ def serve_rpc(
 
 def served_devices() -> list[str]:
     """The names of the devices `serve_rpc` serves (this machine's GPUs, else its CPU)."""
-    return backend.device_names(backend.local_devices() or backend.local_devices(0)[:1])
+    return backend.device_names(backend.rpc_served_devices())

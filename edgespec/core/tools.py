@@ -140,20 +140,21 @@ class ToolSet:
     def parser(self) -> CallParser:
         return CallParser(self.names)
 
-    def split(self, text: str) -> tuple[str | None, list[ToolCall]]:
-        """A whole answer as (content, calls); content None when there are calls and no other text."""
+    def answer(self, text: str, finish_reason: str) -> tuple[str | None, str, list[ToolCall]]:
+        """A whole answer's (content, finish_reason, calls) as OpenAI reports them: content None
+        when there are calls and no other text."""
         parser = self.parser()
         pieces = [*parser.feed(text), *parser.finish()]
         calls = [p for p in pieces if isinstance(p, ToolCall)]
         content = "".join(p for p in pieces if isinstance(p, str))
         if calls:
-            return (content.strip() or None), calls
-        return content, []
+            return (content.strip() or None), called_finish(finish_reason, True), calls
+        return content, finish_reason, []
 
-    def answer(self, text: str, finish_reason: str) -> tuple[str, str, list[ToolCall]]:
-        """A whole answer's (content, finish_reason, calls) as OpenAI reports them."""
-        content, calls = self.split(text)
-        return content or "", "tool_calls" if calls and finish_reason == "stop" else finish_reason, calls
+
+def called_finish(finish_reason: str, called: bool) -> str:
+    """OpenAI's finish_reason for an answer that called tools: "tool_calls" where it stopped."""
+    return "tool_calls" if called and finish_reason == "stop" else finish_reason
 
 
 def _lark(text: str) -> str:

@@ -364,6 +364,11 @@ def local_devices(*types: int) -> list[int]:
     return [d for d in devs if d not in remote and lib.ggml_backend_dev_type(d) in (types or (_DEV_GPU, _DEV_IGPU))]
 
 
+def rpc_served_devices() -> list[int]:
+    """What an rpc-server here serves, as llama.cpp's tool chooses: the GPUs, else the CPU."""
+    return local_devices() or local_devices(_DEV_CPU)[:1]
+
+
 def rpc_server_function() -> Any:
     """llama.cpp's RPC server entry (a BackendError on a build without RPC)."""
     return _START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
@@ -373,7 +378,7 @@ def serve_rpc(endpoint: str, threads: int, cache_dir: str | None = None) -> None
     """Run llama.cpp's RPC server on `endpoint` until the process ends (blocks; no return).
     It serves this machine's GPUs, or its CPU when it has none, as llama.cpp's rpc-server."""
     start = rpc_server_function()
-    devices = local_devices() or local_devices(_DEV_CPU)[:1]
+    devices = rpc_served_devices()
     if not devices:
         raise BackendError("llama.cpp found no device to serve")
     arr = (ctypes.c_void_p * len(devices))(*devices)

@@ -85,9 +85,10 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
 
     from . import backend  # native code only after every check passed
 
-    remote = [d for endpoint in o.rpc for d in backend.rpc_devices(endpoint)] or None
+    servers = {endpoint: backend.rpc_devices(endpoint) for endpoint in o.rpc}
+    remote = [d for devices in servers.values() for d in devices] or None
     if remote is not None:
-        free = {e: sum(backend.device_memory(d)[0] for d in backend.rpc_devices(e)) for e in o.rpc}
+        free = {e: sum(backend.device_memory(d)[0] for d in devices) for e, devices in servers.items()}
         remote_memory_check(t_info, o.n_ctx, t_layers, free)
     note = backend.gpu_fallback_warning(max(0 if o.rpc else t_layers, draft_layers))
     if note:
@@ -95,13 +96,8 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     t_model = backend.LlamaModel(target, n_ctx=o.n_ctx, n_gpu_layers=t_layers, threads=o.threads, devices=remote)
     try:
         d_model = (
-            backend.LlamaModel(
-                draft,
-                n_ctx=o.n_ctx,
-                n_gpu_layers=draft_layers,
-                threads=o.threads,
-                devices=backend.local_devices() if o.rpc else None,
-            )
+            # (no devices given: this machine's own, RPC servers left out)
+            backend.LlamaModel(draft, n_ctx=o.n_ctx, n_gpu_layers=draft_layers, threads=o.threads)
             if draft is not None
             else None
         )

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from edgespec import CallParser, StreamEvent, TokenLogprob, ToolCall, ToolSet
+from edgespec.core.tools import called_finish
 
 LOGPROB_FLOOR = -9999.0  # what OpenAI reports for a token of probability 0 (JSON has no -inf)
 
@@ -132,9 +133,6 @@ class ChatFormat(Format):
         self._parser: CallParser | None = tools.parser() if tools is not None else None
         self._n_calls = 0
 
-    def _finish(self, event: StreamEvent, called: bool) -> str | None:
-        return "tool_calls" if called and event.finish_reason == "stop" else event.finish_reason
-
     def logprobs(self, lps: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
         if lps is None:
             return None
@@ -145,17 +143,12 @@ class ChatFormat(Format):
 
     def whole(self, text: str, event: StreamEvent, lps: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        calls: list[ToolCall] = []
-        if self.tools is not None:
-            message["content"], calls = self.tools.split(text)
+        finish = event.finish_reason
+        if self.tools is not None and finish is not None:
+            message["content"], finish, calls = self.tools.answer(text, finish)
             if calls:
                 message["tool_calls"] = [c.openai() for c in calls]
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": self.logprobs(lps),
-            "finish_reason": self._finish(event, bool(calls)),
-        }
+        choice = {"index": 0, "message": message, "logprobs": self.logprobs(lps), "finish_reason": finish}
         return {**self._head("chat.completion"), "choices": [choice], **self._tail(event)}
 
     def chunk(
@@ -170,10 +163,14 @@ class ChatFormat(Format):
             "index": 0,
             "delta": delta,
             "logprobs": self.logprobs(lps),
-            "finish_reason": self._finish(final, self._n_calls > 0) if final else None,
+            "finish_reason": self._final_reason(final) if final else None,
         }
         out = {**self._head("chat.completion.chunk"), "choices": [choice]}
         return {**out, **self._tail(final)} if final else out
+
+    def _final_reason(self, event: StreamEvent) -> str | None:
+        reason = event.finish_reason
+        return called_finish(reason, self._n_calls > 0) if reason is not None else None
 
     def chunks(self, event: StreamEvent) -> list[dict[str, Any]]:
         if self._parser is None:
