@@ -124,3 +124,35 @@ def test_negative_control_a_lookup_draft_always_accepted_is_detected(monkeypatch
     monkeypatch.setattr(decoder_mod, "verify", accept_lookup)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))
     assert _pvalue(_pairs(seed=11), joint) < 1e-6
+
+
+class _Recording(FixedK):
+    """FixedK that keeps every step's outcome."""
+
+    def __init__(self, k: int, model: bool = True) -> None:
+        super().__init__(k, model=model)
+        self.outcomes: list = []
+
+    def observe(self, outcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def test_steps_that_do_not_verify_a_proposal_score_it_against_what_they_committed() -> None:
+    # model-draft steps (FixedK with a draft model) never verify lookup, yet each reports how
+    # many of the proposal's leading tokens the step committed: exactly, at temperature 0
+    dec = Decoder(FakeModel(sharp=6.0), FakeModel(sharp=6.0, noise=1.0), lookup=True)
+    ctrl = _Recording(4)
+    tokens(dec, ctrl, n=80)
+    scored = [o for o in ctrl.outcomes if o.shadow[0]]
+    assert len(scored) > 5 and all(o.source == "model" for o in scored)
+    assert any(o.shadow[1] > 0 for o in scored) and any(o.shadow[1] < o.shadow[0] for o in scored)
+    assert all(0 <= o.shadow[1] <= o.shadow[0] <= o.n_accepted + 1 for o in scored)
+    assert all(o.match >= 2 for o in scored)
+
+
+def test_lookup_steps_are_not_scored_twice() -> None:
+    dec = Decoder(FakeModel(sharp=6.0), lookup=True)
+    ctrl = _Recording(4, model=False)
+    tokens(dec, ctrl, n=60)
+    assert any(o.source == "lookup" for o in ctrl.outcomes)
+    assert all(o.shadow == (0, 0) for o in ctrl.outcomes if o.source == "lookup")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edgespec.core.controller import LOOKUP, AdaptiveK, StepOutcome
@@ -87,3 +88,44 @@ def test_the_adaptive_controller_takes_lookup_only_when_it_pays() -> None:
         else:
             ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1) + 0.0005))
     assert ctrl.plan(0, offer).source != LOOKUP or ctrl.plan(0, offer).k <= 1
+
+
+def test_shadow_scores_follow_the_acceptance_lookup_would_have_had() -> None:
+    # a committed token is drawn from p, so it equals the proposed x with probability p(x):
+    # scoring proposals against committed tokens learns alpha without verifying them
+    rng = np.random.default_rng(3)
+    policy = LookupPolicy(measured())
+    for _ in range(400):
+        hits = 0
+        while hits < 6 and rng.random() < 0.7:  # each next token equals the proposal w.p. 0.7
+            hits += 1
+        policy.record(3, 6, hits)
+    assert policy.alpha(3)[0] == pytest.approx(0.7, abs=0.15)
+    assert policy.alpha(3)[2] == pytest.approx(0.7, abs=0.15)
+
+
+def _hybrid_measured(catch_up_per_token: float) -> AdaptiveK:
+    """A hybrid controller past its warm-up: model steps of K=4 all accepted, plain steps timed,
+    and lookup seen (by shadow scores) to copy 8 tokens at a time."""
+    ctrl = AdaptiveK()
+    for i in range(40):
+        k = ctrl.plan(0, None).k
+        ctrl.observe(StepOutcome(k, k, 0.004 * k, cpu_like(k + 1), cpu_like(k + 1) + 0.004 * k, match=4, shadow=(8, 8)))
+        if i % 5 == 0:
+            ctrl.observe(
+                StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=catch_up_per_token * 10, catch_up_n=10)
+            )
+    return ctrl
+
+
+def test_a_copy_seen_only_by_shadow_scores_is_taken_and_the_draft_catch_up_is_charged() -> None:
+    offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
+    cheap = _hybrid_measured(0.0005)
+    assert cheap.plan(0, offer).source == LOOKUP  # never verified, known from shadow scores
+    # with a dear catch-up, a long lag makes the model's step dearer than the lookup proposal's
+    # even when lookup's record is modest
+    for lag, want in ((0, "model"), (40, LOOKUP)):
+        ctrl = _hybrid_measured(0.005)
+        for _ in range(30):
+            ctrl.lookup.record(4, 6, 2)  # lookup: 2 of 6 accepted of late
+        assert ctrl.plan(lag, offer).source == want, lag

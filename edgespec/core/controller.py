@@ -51,6 +51,7 @@ from typing import Protocol
 from . import defaults
 from .acceptance import SURE_EDGES, Acceptance
 from .lookup import Proposal
+from .lookup_policy import DECAY as LOOKUP_DECAY
 from .lookup_policy import LookupPolicy
 from .step_times import StepTimes
 
@@ -79,8 +80,10 @@ class StepOutcome:
     step_s: float
     sure: tuple[float, ...] = ()  # the draft's confidence in each drafted token (see Decoder._draft)
     source: str = MODEL  # where the drafts came from
-    match: int = 0  # lookup: the length of the matched n-gram
-    catch_up_s: float = 0.0  # feeding the draft what it missed in plain steps (outside step_s)
+    match: int = 0  # the length of the lookup proposal's matched n-gram (0: no proposal)
+    shadow: tuple[int, int] = (0, 0)  # a proposal this step did not verify: (tokens scored, leading ones committed)
+    catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
+    catch_up_n: int = 0  # how many tokens that was
 
 
 WARMUP = (0, 0, 2, 2, 4, 4)  # plain steps and two draft sizes, each twice (a new batch shape's first call is slow)
@@ -149,6 +152,7 @@ class AdaptiveK:
         self._probes = 0
         self._plain = False  # plain decoding chosen (not a probe)
         self._recover_at = 0
+        self._lookup_share = 0.0  # lookup steps' share of recent steps (decayed like lookup's record)
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
@@ -229,10 +233,11 @@ class AdaptiveK:
 
     # -- the protocol ------------------------------------------------------------------------
     def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
-        """The next step's plan. `lag` (tokens the draft would have to catch up first) is not
-        needed: what catching up costs is measured (StepOutcome.catch_up_s) and counted in a
-        recovery probe's cost. A lookup `proposal` is taken instead of the model's plan when
-        its expected speed is higher."""
+        """The next step's plan. `lag`: tokens the draft would have to catch up first. What
+        catching up costs is measured (StepOutcome.catch_up_s) and counted in a recovery
+        probe's cost. A lookup `proposal` is taken instead of the model's plan when its
+        expected speed is higher than the model's with the catch-up of `lag` tokens paid
+        (while lookup keeps winning, the draft is never fed: a copy run costs no draft time)."""
         self.steps += 1
         if not self.model:
             return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
@@ -244,7 +249,20 @@ class AdaptiveK:
         plan = Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup(best))
         if warming or best < 0:
             return plan  # the model's costs are being measured
-        return self._lookup_or(plan, proposal, self.speed(k) if k > 0 else self.lookup.plain_speed())
+        if k == best > 0 and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
+            plan = Plan(0)  # not worth feeding the draft what it missed: lookup will soon take over again
+        return self._lookup_or(plan, proposal, self._model_speed(k, lag) if plan.k else self.lookup.plain_speed())
+
+    def _model_speed(self, k: int, lag: int, share: float = 1.0) -> float:
+        """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
+        plain steps). Against a lookup proposal that catch-up is this step's cost (`share`
+        1); against a plain step it buys the model steps until lookup takes over again,
+        about 1 / (lookup's share of recent steps), so only that share is charged (none
+        on text lookup does not draft: a long lag is paid once and the model keeps going)."""
+        t = self.step_costs()[k] if k < len(self.step_costs()) else 0.0
+        if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
+            return self.speed(k)
+        return self.speed(k) * t / (t + share * lag * self.times.catch_up_token.value)
 
     def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float) -> Plan:
         """The lookup draft when it is expected to be faster than `plan` (at `speed`)."""
@@ -288,17 +306,22 @@ class AdaptiveK:
 
     def observe(self, o: StepOutcome) -> None:
         self._seen += 1
+        self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * (o.source == LOOKUP)
         self.times.verify.add(o.k + 1, o.verify_s)
         if o.source == LOOKUP:
             # a free draft: its own acceptance record; the model's step costs and acceptance
             # describe model drafts only
             self.lookup.observe(o.match, o.k, o.n_accepted, o.verify_s, o.step_s)
             return
-        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0)
+        if o.shadow[0]:
+            self.lookup.record(o.match, *o.shadow)
+        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not o.shadow[0])
         if o.k > 0:
             self.acc.observe(o.k, o.n_accepted, o.sure)
             if self._plain and o.n_accepted == o.k:
                 self._recover_at = self.steps + 1
         if o.catch_up_s > 0:
             self.times.catch_up.add(o.catch_up_s)
+            if o.catch_up_n > 0:
+                self.times.catch_up_token.add(o.catch_up_s / o.catch_up_n)
         self.times.add(o.k, o.step_s, o.draft_s)

@@ -35,7 +35,7 @@ from .errors import ContextFullError, EdgespecError
 from .events import Stats, TokenLogprob
 from .grammar import Grammar
 from .logprobs import token_logprob
-from .lookup import LookupIndex
+from .lookup import LookupIndex, Proposal
 from .lookup_policy import L_MAX
 from .model import Model
 from .penalties import History
@@ -53,6 +53,13 @@ def _snapshot(stats: Stats) -> Stats:
         drafted_per_position=list(stats.drafted_per_position),
         sources={name: dict(counts) for name, counts in stats.sources.items()},
     )
+
+
+def _shadow(proposal: Proposal, new: Sequence[int]) -> tuple[int, int]:
+    """A lookup proposal this step did not verify, scored against what it committed: (tokens
+    scored, how many leading ones were committed). See LookupPolicy.record."""
+    scored = min(len(new), len(proposal.tokens))
+    return scored, common_prefix(proposal.tokens[:scored], new[:scored])
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -220,9 +227,10 @@ class Decoder:
                 plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
             from_lookup = plan.source == LOOKUP and proposal is not None
-            catch_up_s = 0.0
+            catch_up_s, catch_up_n = 0.0, 0
             if draft is not None and k and not from_lookup and len(draft.tokens) < len(committed) - 2:
-                # the draft sat out plain steps: catch it up outside the step the controller times
+                # the draft sat out plain or lookup steps: catch it up outside the step the controller times
+                catch_up_n = len(committed) - 1 - len(draft.tokens)
                 t_catch = time.perf_counter()
                 draft.sync(committed[:-1])
                 catch_up_s = time.perf_counter() - t_catch
@@ -276,8 +284,10 @@ class Decoder:
                 step_s=t_end - t_step,
                 sure=tuple(sure),
                 source=LOOKUP if from_lookup else MODEL,
-                match=proposal.n if from_lookup and proposal is not None else 0,
+                match=proposal.n if proposal is not None else 0,
                 catch_up_s=catch_up_s,
+                catch_up_n=catch_up_n,
+                shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
             self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)

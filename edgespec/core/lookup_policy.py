@@ -121,19 +121,33 @@ class LookupPolicy:
         return best_k, best_speed
 
     def observe(self, match: int, k: int, n_accepted: int, verify_s: float, step_s: float) -> None:
-        """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept. Its
-        match length's record moves fast (DECAY), the others' slowly (IDLE_DECAY)."""
+        """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept."""
+        self.record(match, k, n_accepted)
+        self._overhead.append(max(0.0, step_s - verify_s))
+
+    def record(self, match: int, k: int, n_accepted: int) -> None:
+        """Evidence on a proposal after a `match`-token match: of its first k tokens, the first
+        n_accepted were (or would have been) accepted. Its match length's record moves fast
+        (DECAY), the others' slowly (IDLE_DECAY).
+
+        Also fed by steps that did not verify the proposal (shadow scoring): the decoder
+        compares the proposal with the tokens the step committed. That is the acceptance
+        lookup would have had, in law: a committed token is distributed as the target's p
+        (the decoding is lossless), so it equals the proposed x with probability p(x), the
+        probability that x would have been accepted. So lookup's record stays current while
+        the model drafts or plain steps run, at no cost, and lookup is taken when it pays."""
         row = self._row(match)
         self._fade(IDLE_DECAY, skip=row)
         self._fade(DECAY, only=row)
-        for i in range(min(n_accepted + 1, k)):  # positions after a rejection were not tested
+        for i in range(min(n_accepted + 1, k, L_MAX)):  # positions after a rejection were not tested
             self._tried[row][i] += 1.0
             self._accepted[row][i] += i < n_accepted
-        self._overhead.append(max(0.0, step_s - verify_s))
 
-    def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False) -> None:
-        """Any other step: lookup's evidence fades a little; a plain step measures the overhead."""
-        self._fade(IDLE_DECAY)
+    def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False, fade: bool = True) -> None:
+        """Any other step: with nothing scored (`fade`) lookup's evidence fades a little; a plain
+        step measures the overhead."""
+        if fade:
+            self._fade(IDLE_DECAY)
         if plain:
             self._overhead.append(max(0.0, step_s - verify_s))
 
