@@ -12,6 +12,7 @@ import pytest
 
 from edgespec.core.errors import EdgespecError
 from edgespec.frontends.bench import native
+from tests.conftest import demo_paths
 
 DEFAULT_TEST_MODEL = "/tmp/dl/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -153,13 +154,17 @@ def test_extract_vendor_wrong_tarball(tmp_path: Path) -> None:
 
 
 @pytest.mark.native
+@pytest.mark.real  # the native build lives in the real home, as the demo pair does
 @pytest.mark.skipif(not native.is_built(), reason="native llama.cpp not built")
 def test_native_bench_and_speculation() -> None:
-    model = Path(os.environ.get("EDGESPEC_TEST_MODEL", DEFAULT_TEST_MODEL))
+    demo = demo_paths()
+    model = Path(os.environ.get("EDGESPEC_TEST_MODEL", demo[1] if demo else DEFAULT_TEST_MODEL))
     if not model.is_file():
         pytest.skip(f"no model at {model} (set EDGESPEC_TEST_MODEL)")
     bench = native.run_llama_bench(model, n_gen=16, repeats=1)
     assert bench["tokens_per_s"] > 0 and len(bench["samples_tokens_per_s"]) == 1
+    deep = native.run_llama_bench(model, n_gen=16, repeats=1, depth=64)  # after 64 tokens in the KV cache
+    assert deep["tokens_per_s"] > 0 and deep["command"][-2:] == ["-d", "64"]
     spec = native.run_speculative_simple(model, model, "Hello", n_predict=16, n_max=2)
     assert spec["n_decoded"] > 0 and spec["tokens_per_s"] > 0
     assert 0.0 <= spec["acceptance"] <= 1.0

@@ -4,7 +4,9 @@ Prompts where the answer copies from the context (edit pasted code, rename a
 variable in it, extract sentences word for word, revise the previous answer in
 a two-turn chat) beside a prose prompt that does not copy. Columns, each run
 once per round so a slow minute touches one run of many columns: llama.cpp's
-plain decoding (llama-bench), its n-gram speculation types alone
+plain decoding (llama-bench with the prompt's length in the KV cache, `-d`, as
+every other column decodes after the prompt; and from an empty context, the
+figure llama-bench gives by default, for reference), its n-gram speculation types alone
 (ngram-simple, ngram-map-k, ngram-mod; best of) and chained with its model
 draft (ngram-mod,draft-simple at n_max 4 and 8; best of), and edgespec plain,
 draftless (prompt lookup alone), model-only adaptive and hybrid (both sources,
@@ -121,6 +123,7 @@ def lookup_cells(
         for name in prompts:
             messages = PROMPTS[name]
             text = engines["plain"].chat_text(messages)
+            depth = len(engines["plain"].tokenize(messages))
             for temp in temps:
                 runs: dict[str, list[dict]] = {}
                 for r in range(repeats):
@@ -128,10 +131,13 @@ def lookup_cells(
                     for col, eng in engines.items():
                         runs.setdefault(col, []).append(_once(eng, messages, temp, col != "plain", tokens, seed))
                     if native is not None:
-                        _native_round(native, runs, paths, text, temp, tokens, seed, threads)
+                        _native_round(native, runs, paths, text, depth, temp, tokens, seed, threads)
                 cell = {"prompt": name, "temperature": temp}
                 cell.update({col: statistics.median(x["tokens_per_s"] for x in xs) for col, xs in runs.items()})
                 cell["hybrid_sources"] = runs["hybrid"][-1]["sources"]
+                last = runs["draftless"][-1]
+                # how much of the answer lookup supplied: whether this model copied at all
+                cell["copied"] = last["sources"].get("lookup", {}).get("accepted", 0) / max(1, last["n"])
                 cells.append(cell)
                 log(f"  lookup {name} T={temp}: " + ", ".join(f"{c}={cell[c]:.1f}" for c in runs))
     finally:
@@ -141,11 +147,23 @@ def lookup_cells(
 
 
 def _native_round(
-    native: Any, runs: dict, paths: tuple[Path, Path], text: str, temp: float, n: int, seed: int, threads: int | None
+    native: Any,
+    runs: dict,
+    paths: tuple[Path, Path],
+    text: str,
+    depth: int,
+    temp: float,
+    n: int,
+    seed: int,
+    threads: int | None,
 ) -> None:
     target, draft = paths
-    one = native.run_llama_bench(target, n_gen=n, threads=threads, repeats=1)
+    # llama.cpp's plain decoding after the prompt (what every other column decodes after),
+    # and from an empty context as llama-bench reports by default (faster: less to attend over)
+    one = native.run_llama_bench(target, n_gen=n, threads=threads, repeats=1, depth=depth)
     runs.setdefault("llama_plain", []).append(one)
+    one = native.run_llama_bench(target, n_gen=n, threads=threads, repeats=1)
+    runs.setdefault("llama_plain_empty", []).append(one)
     for spec_type in NGRAM_TYPES:
         one = native.run_speculative_simple(
             target, None, text, n_predict=n, temperature=temp, n_max=16, seed=seed, threads=threads,
@@ -171,16 +189,18 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def markdown(cells: list[dict]) -> str:
     head = (
-        "| prompt | T | llama.cpp plain | best n-gram | best chained | edgespec plain | draftless | model | hybrid "
-        "| draftless / llama plain | draftless / best n-gram | draftless / edgespec plain | hybrid / model "
-        "| hybrid / best chained |\n|" + "---|" * 15
+        "| prompt | T | llama.cpp plain, empty context | llama.cpp plain | best n-gram | best chained | edgespec plain "
+        "| draftless | model | hybrid | copied | draftless / llama plain | draftless / best n-gram "
+        "| draftless / edgespec plain | hybrid / model | hybrid / best chained |\n|" + "---|" * 17
     )
     rows = [head]
     for c in cells:
         ngram, chained, plain = _best(c, "llama_ngram"), _best(c, "llama_chained"), c.get("llama_plain", 0.0)
         rows.append(
-            f"| {c['prompt']} | {c['temperature']} | {plain:.1f} | {ngram:.1f} | {chained:.1f} | {c['plain']:.1f} "
-            f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {ratio(c['draftless'], plain)} "
+            f"| {c['prompt']} | {c['temperature']} | {c.get('llama_plain_empty', 0.0):.1f} | {plain:.1f} "
+            f"| {ngram:.1f} | {chained:.1f} | {c['plain']:.1f} "
+            f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {c.get('copied', 0.0):.0%} "
+            f"| {ratio(c['draftless'], plain)} "
             f"| {ratio(c['draftless'], ngram)} | {ratio(c['draftless'], c['plain'])} "
             f"| {ratio(c['hybrid'], c['model'])} | {ratio(c['hybrid'], chained)} |"
         )

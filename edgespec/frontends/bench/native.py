@@ -259,16 +259,21 @@ def run_llama_bench(
     repeats: int = 3,
     flash_attn: str | None = None,
     timeout: float = 1800,
+    depth: int = 0,
 ) -> dict[str, Any]:
     """Plain decode speed of `model` via llama-bench (`-p 0 -n n_gen`); tokens/s.
 
     flash_attn: "on", "off" or "auto" (None keeps llama-bench's default, auto).
     Note llama-cpp-python's Llama() defaults to flash attention off.
+    depth: tokens already in the KV cache before the timed decode (`-d`): decoding after
+    a long prompt attends over it, so compare with a run that had that prompt.
     """
     cmd = [
         str(binary("llama-bench")), "-m", str(_check_model(model)), "-p", "0",
         "-n", str(n_gen), "-r", str(repeats), "-t", str(_threads(threads)), "-o", "json",
     ]  # fmt: skip
+    if depth:
+        cmd += ["-d", str(depth)]
     if flash_attn is not None:
         cmd += ["-fa", flash_attn]
     result = parse_llama_bench_json(_run(cmd, timeout).stdout)
