@@ -191,7 +191,7 @@ def markdown(cells: list[dict]) -> str:
     head = (
         "| prompt | T | llama.cpp plain, empty context | llama.cpp plain | best n-gram | best chained | edgespec plain "
         "| draftless | model | hybrid | copied | draftless / llama plain | draftless / best n-gram "
-        "| draftless / edgespec plain | hybrid / model | hybrid / best chained |\n|" + "---|" * 17
+        "| draftless / edgespec plain | hybrid / model | hybrid / best chained |\n|" + "---|" * 16
     )
     rows = [head]
     for c in cells:
