@@ -86,10 +86,10 @@ def virtual(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
     return clock
 
 
-# a little under what the held-out machines reached on the virtual clock when this was written
-# (steady 0.93-1.01x the best fixed K, switching 1.03-1.11x): a guard against regressions, not
-# the goal (0.95x steady, 1.10x switching; not reached everywhere)
-BARS = {"steady-0.9": 0.91, "steady-0.6": 0.94, "switch-96": 1.0}
+# a little under what the held-out machines reach on the virtual clock (steady 0.95-1.01x the
+# best fixed K, switching 1.04-1.09x): a guard against regressions, not the goal (0.95x
+# steady, 1.10x switching; the latter not reached everywhere)
+BARS = {"steady-0.9": 0.93, "steady-0.6": 0.94, "switch-96": 1.02}
 
 
 @pytest.mark.parametrize("seed", HELD_OUT[:2])

@@ -15,9 +15,10 @@ this machine (DESIGN.md, "The K controller"):
 
 It assumes nothing about the machine. The denominator is T(K), the whole-step time
 measured per K (`StepTimes.curve`: a low quantile per K, made non-decreasing, a line
-between measured K, and past the largest measured K only the draft's own per-token
-cost: optimistic, so the controller steps one K further to measure it, never more on a
-guess). Any shape is learnt that way: a CPU's line, a GPU's flat-then-rising verify, a
+between measured K, and past the largest measured K the last measured stretch's rise,
+at least the draft's own per-token cost: optimistic where the curve was flat, so the
+controller steps up to half as far again to measure it, `StepTimes.reach`). Any shape
+is learnt that way: a CPU's line, a GPU's flat-then-rising verify, a
 fixed cost for switching models. The K range is what the machine allows, up to k_max
 (defaults.K_MAX = 32). One `StepTimes` per engine: a new temperature starts with the
 machine's costs known. alpha_i (`Acceptance`) follow the text: a long memory on steady
@@ -173,12 +174,12 @@ class AdaptiveK:
         return e
 
     def step_costs(self) -> list[float]:
-        """Estimated seconds of a step at K = 0..min(k_max, frontier + 2) (StepTimes.curve)."""
+        """Estimated seconds of a step at K = 0..reach + 1 (StepTimes.curve)."""
         self.speeds()
         return self._curve
 
     def speeds(self) -> list[float]:
-        """Expected tokens per second for K = 0..min(k_max, frontier + 2) (kept until the next
+        """Expected tokens per second for K = 0..reach + 1 (kept until the next
         observation, this controller's or another's on the shared times)."""
         at = (self.times.clock, self._seen)
         if self._speeds is None or self._speeds_at != at:
@@ -195,15 +196,15 @@ class AdaptiveK:
 
     def speed(self, k: int) -> float:
         speeds = self.speeds()
-        return speeds[k] if k < len(speeds) else 0.0  # past the frontier + 2: not a candidate
+        return speeds[k] if k < len(speeds) else 0.0  # past reach + 1: not a candidate
 
     def best_k(self) -> int:
-        """The fastest K among those measured and one past the largest measured (where only
-        the draft's own cost is known: stepping there is how the range grows)."""
+        """The fastest K among those measured and up to `reach()` past the largest measured
+        (where the cost is extrapolated: stepping there is how the range grows)."""
         if not self.times.measured():
             return -1  # not measured yet
         speeds = self.speeds()
-        top = min(self.k_max, self.times.frontier() + 1)
+        top = self.times.reach()
         return max(range(top + 1), key=speeds.__getitem__)
 
     def estimated_speedup(self, best: int | None = None) -> float | None:
