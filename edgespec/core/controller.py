@@ -15,10 +15,10 @@ this machine (DESIGN.md, "The K controller"):
 
 It assumes nothing about the machine. The denominator is T(K), the whole-step time
 measured per K (`StepTimes.curve`: a low quantile per K, made non-decreasing, a line
-between measured K, and past the largest measured K only the draft's own per-token
-cost: optimistic, so the controller steps up to half as far again to measure it,
-`StepTimes.reach`). Any shape is learnt that way: a CPU's line, a GPU's flat-then-rising
-verify, a
+between measured K, and past the largest measured K the last measured stretch's rise,
+at least the draft's own per-token cost: optimistic where the curve was flat, so the
+controller steps up to half as far again to measure it, `StepTimes.reach`). Any shape
+is learnt that way: a CPU's line, a GPU's flat-then-rising verify, a
 fixed cost for switching models. The K range is what the machine allows, up to k_max
 (defaults.K_MAX = 32). One `StepTimes` per engine: a new temperature starts with the
 machine's costs known. alpha_i (`Acceptance`) follow the text: a long memory on steady

@@ -8,15 +8,17 @@ two models). `curve()` makes it usable everywhere in 0..k_max:
     non-decreasing in K (more drafting never makes a step cheaper; a slow moment at
     one K is pooled with its neighbours rather than trusted);
   * between measured K: a straight line between the neighbours;
-  * past the largest measured K (the frontier): only the draft's own cost is added,
-    `draft_slope()` per token (a draft token is one single-token eval of the draft on
-    any machine, so that part is a line; the verify part beyond the frontier is unknown
-    and taken as flat). That bound is optimistic on purpose: the controller may try a
-    K up to `reach()`, half as far again as the frontier, so a flat curve (a GPU's
-    verify up to its knee) is explored in a few steps; a wrong guess costs one step,
-    after which that K is measured. (Extrapolating with the last measured stretch's
-    rise instead was tried: no better on the simulated machines, and slower to climb
-    on the demo pair, where one noisy sample can make a stretch look steep.)
+  * past the largest measured K (the frontier): the step grows as the last measured
+    stretch did, and at least by the draft's own cost, `draft_slope()` per token (a
+    draft token is one single-token eval of the draft on any machine). A curve that
+    was flat is taken as flat (optimistic: a knee past the frontier is not known yet),
+    one that was rising keeps rising. The controller may try a K up to `reach()`, half
+    as far again as the frontier: a flat curve (a GPU's verify up to its knee) is
+    explored in a few steps, and a wrong guess costs one step, after which it is measured.
+    Tried and dropped: the same reach with only the draft's cost past the frontier (it
+    overshot on the demo pair's CPU line, up to K = 22: 0.84-0.93x the best fixed K),
+    and reaching far only while the verify stayed flat (no better on the simulated
+    machines than one K at a time).
 
 One `StepTimes` per engine, shared by its controllers (costs are the machine's,
 acceptance is the temperature's). Also holds the target's `VerifyTimes` (time per
@@ -96,6 +98,10 @@ class StepTimes:
             return [0.0] * (top + 1)
         ks, ts = _monotone(pts)
         slope = self.draft_slope()
+        if len(ks) >= 2 and ks[-1] > 1:
+            # past the frontier the step grows at least as the last measured stretch did (a
+            # rising verify keeps rising; a flat one is as flat as the draft's own cost allows)
+            slope = max(slope, (ts[-1] - ts[-2]) / (ks[-1] - ks[-2]))
         out: list[float] = []
         j = 0  # the first trusted point at or past k
         for k in range(top + 1):
