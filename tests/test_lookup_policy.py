@@ -129,3 +129,29 @@ def test_a_copy_seen_only_by_shadow_scores_is_taken_and_the_draft_catch_up_is_ch
         for _ in range(30):
             ctrl.lookup.record(4, 6, 2)  # lookup: 2 of 6 accepted of late
         assert ctrl.plan(lag, offer).source == want, lag
+
+
+def test_after_a_copy_run_a_poor_lookup_does_not_shut_the_model_out() -> None:
+    # the draft lags far behind after a long copy run; then the text stops copying. The model's
+    # speed with that catch-up charged is below plain, but lookup is below plain too: it must not
+    # win on that comparison alone (else the lag only grows and the model never comes back)
+    offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
+    ctrl = _hybrid_measured(0.005)
+    for _ in range(30):
+        ctrl.lookup.record(4, 8, 0)  # lookup: nothing accepted of late
+    lag, model_steps = 300, 0
+    for _ in range(60):
+        plan = ctrl.plan(lag, offer)
+        if plan.source == LOOKUP:
+            ctrl.observe(
+                StepOutcome(plan.k, 0, 0.0, cpu_like(plan.k + 1), cpu_like(plan.k + 1), source=LOOKUP, match=4)
+            )
+            lag += 1
+        elif plan.k:
+            model_steps += 1
+            ctrl.observe(StepOutcome(plan.k, plan.k, 0.004 * plan.k, cpu_like(plan.k + 1), cpu_like(plan.k + 1)))
+            lag = 0
+        else:
+            ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), match=4, shadow=(1, 0)))
+            lag += 1
+    assert model_steps > 20

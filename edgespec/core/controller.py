@@ -238,7 +238,8 @@ class AdaptiveK:
         catching up costs is measured (StepOutcome.catch_up_s) and counted in a recovery
         probe's cost. A lookup `proposal` is taken instead of the model's plan when its
         expected speed is higher than the model's with the catch-up of `lag` tokens paid
-        (while lookup keeps winning, the draft is never fed: a copy run costs no draft time)."""
+        and higher than plain decoding's (a copy run costs no draft time; once lookup no
+        longer beats plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
         if not self.model:
             return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
@@ -252,7 +253,10 @@ class AdaptiveK:
             return plan  # the model's costs are being measured
         if k == best > 0 and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
             plan = Plan(0)  # not worth feeding the draft what it missed: lookup will soon take over again
-        return self._lookup_or(plan, proposal, self._model_speed(k, lag) if plan.k else self.lookup.plain_speed())
+        # lookup must beat plain too: the charged model speed falls as the lag grows, and
+        # against it alone a poor lookup would win forever and the draft never be fed again
+        alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed())
+        return self._lookup_or(plan, proposal, alternative)
 
     def _model_speed(self, k: int, lag: int, share: float = 1.0) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or

@@ -12,9 +12,11 @@ the median target time per batch size from every step (plain, model and lookup
 steps all verify a batch), with a line through the measured sizes for the ones
 not yet seen. Acceptance alpha_i is kept per position and per length of the
 matched n-gram (a longer match is a likelier copy), as decayed counts that
-follow the text within a few steps (DECAY, on the match length just tried) and drift back towards the prior
-while lookup is not used (IDLE_DECAY), so a text that starts copying again is
-noticed. Pure: no model, no clock, no I/O.
+follow the text within a few steps (DECAY, on the match length just scored). A
+proposal is scored on every step: verified on lookup steps, compared with what
+the step committed on the others (`record`: the same acceptance in law), so the
+record follows the text whichever source drafts. With no proposal to score, the
+counts drift back towards the prior (IDLE_DECAY). Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from .recent import Recent
 L_MAX = 16  # the longest lookup draft: a copy run rarely holds longer, and v(n) grows with n
 PRIOR = 0.5  # acceptance assumed before anything was seen: enough to try a proposal once
 SHRINK = 4.0  # pseudo-counts pulling each position's rate towards the pooled one
-DECAY = 0.9  # per lookup step: about ten steps of memory, so a turn from copying to prose shows fast
-IDLE_DECAY = 0.99  # per other step: old evidence fades, a proposal gets tried again later
+DECAY = 0.9  # per scored step: about ten steps of memory, so a turn from copying to prose shows fast
+IDLE_DECAY = 0.99  # per step with nothing scored (and for the other match lengths): old evidence fades
 GROWTH = 0.1  # v(n) / v(1) - 1 per extra token, assumed until two batch sizes were measured
 
 

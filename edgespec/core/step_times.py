@@ -42,7 +42,7 @@ class StepTimes:
         self.verify = VerifyTimes()  # target passes by batch size, from every kind of step
         self.by_k = [Recent() for _ in range(k_max + 1)]
         self.draft_by_k = [Recent() for _ in range(k_max + 1)]
-        self.catch_up = Recent()  # feeding the draft the tokens it missed during plain steps
+        self.catch_up = Recent()  # feeding the draft the tokens it missed during plain or lookup steps
         self.catch_up_token = Recent()  # the same per token missed (they also pile up during lookup steps)
         self.clock = 0
         self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
