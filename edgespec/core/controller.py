@@ -264,7 +264,8 @@ class AdaptiveK:
         1); against a plain step it buys the model steps until lookup takes over again,
         about 1 / (lookup's share of recent steps), so only that share is charged (none
         on text lookup does not draft: a long lag is paid once and the model keeps going)."""
-        t = self.step_costs()[k] if k < len(self.step_costs()) else 0.0
+        costs = self.step_costs()
+        t = costs[k] if k < len(costs) else 0.0
         if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
             return self.speed(k)
         return self.speed(k) * t / (t + share * lag * self.times.catch_up_token.value)
