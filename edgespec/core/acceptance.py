@@ -12,6 +12,16 @@ there over dozens of steps.
 
 Also per bucket of the draft's confidence in its token (SURE_EDGES): the evidence
 behind the in-step stop rule. Pure: no model, no clock, no I/O.
+
+Tried and not kept (bench --simulate, 30 tuning machines and the 4 held out): testing
+the last steps against the estimate from before them rather than the current one (which
+each step of a turned text already pulls its way). Both ways it fired about 3x as often
+on steady text (a drop on steady text sends the controller to plain decoding, slow to
+leave); a two-sample test did not, but was too weak after a turn, when the estimate
+rests on a few tokens; doing it for rises only moved switching text from 1.07 to 1.08x
+the best fixed K (median of 30), steady text unchanged. What the switching profile
+loses is the return to easy text while decoding plainly: the probes' spacing
+(PROBE_BUDGET) and a probe that happens to be rejected, not this test.
 """
 
 from __future__ import annotations
