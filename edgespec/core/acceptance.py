@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Sequence
 
 DECAY = 0.98  # per drafting step: ~50 steps of memory, enough for a rate within a few % on steady text
 SHRINK = 4.0  # pseudo-counts pulling a per-position or per-bucket rate towards the pooled one
@@ -37,7 +38,7 @@ CHANGE_LEVEL = 1e-3  # a false alarm about once in a thousand steps on steady te
 SURE_EDGES = (0.1, 0.3, 0.6, 0.9)  # buckets of the draft's confidence in a drafted token
 
 
-def binomial_tail(n: int, x: int, p: float) -> float:
+def binomial_tail(n: float, x: float, p: float) -> float:
     """A bound on the probability of a count as far from n * p as x is, on x's side:
     exp(-n KL(x/n || p)) (Chernoff; exact when x is 0 or n, a little above the tail else)."""
     if n == 0:
@@ -55,7 +56,7 @@ class Acceptance:
         self.accepted = [0.0] * positions
         self.sure_tried = [0.0] * (len(SURE_EDGES) + 1)
         self.sure_accepted = [0.0] * (len(SURE_EDGES) + 1)
-        self._window: deque[tuple[int, int, tuple[float, ...]]] = deque(maxlen=CHANGE_WINDOW)
+        self._window: deque[tuple[int, float, tuple[float, ...]]] = deque(maxlen=CHANGE_WINDOW)
         self.changes = 0  # turns of the text detected so far
         self._n_tried = self._n_accepted = 0.0  # sums of tried and accepted, kept as they change
 
@@ -77,13 +78,39 @@ class Acceptance:
     def observe(self, k: int, n_accepted: int, sure: tuple[float, ...]) -> None:
         """A model-draft step: k tokens drafted, n_accepted of them kept."""
         n_tried = min(n_accepted + 1, k)  # positions after a rejection were not tested
-        step = (n_tried, n_accepted, sure[:n_tried])
+        self._step((n_tried, n_accepted, sure[:n_tried]))
+
+    def observe_scores(self, scores: Sequence[float]) -> None:
+        """Tokens committed while the model did not draft, each scored with the probability
+        a draft of it would have been accepted (Decoder._catch_up): the evidence a plain
+        stretch gives, each token a one-token step at the first position."""
+        # a batch is tested as a whole against the estimate from before it (no step of it has
+        # pulled that estimate its way yet): its run of recent tokens that fits worst
+        p = self.pooled()
+        n, x, worst, since = 0, 0.0, 1.0, 0
+        for j, s in enumerate(reversed(scores)):
+            n, x = n + 1, x + s
+            tail = binomial_tail(n, x, p)
+            if tail < worst:
+                worst, since = tail, j + 1
+        # a long batch is tested as many windows at once: the level is shared among them
+        if worst < CHANGE_LEVEL * min(1.0, CHANGE_WINDOW / max(len(scores), 1)):
+            self._scale(1.0 / max(self._n_tried, 1.0))
+            self._window.clear()
+            self.changes += 1
+            scores = scores[len(scores) - since :]
+        for s in scores:
+            self._scale(DECAY)
+            self._add((1, s, ()))
+            self._window.append((1, s, ()))
+
+    def _step(self, step: tuple[int, float, tuple[float, ...]]) -> None:
         p = self.pooled()
         self._scale(DECAY)
         self._add(step)
         self._window.append(step)
         # the recent steps that fit the current estimate worst (the last one, two, ...)
-        n = x = 0
+        n, x = 0, 0.0
         worst, since = 1.0, 0
         for j, (t, a, _) in enumerate(reversed(self._window)):
             n, x = n + t, x + a
@@ -100,7 +127,7 @@ class Acceptance:
             self._window = deque(suffix, maxlen=CHANGE_WINDOW)
             self.changes += 1
 
-    def _add(self, step: tuple[int, int, tuple[float, ...]]) -> None:
+    def _add(self, step: tuple[int, float, tuple[float, ...]]) -> None:
         n_tried, n_accepted, sure = step
         for i, s in enumerate(sure):
             b = bisect.bisect_right(SURE_EDGES, s)
@@ -108,9 +135,9 @@ class Acceptance:
             self.sure_accepted[b] += i < n_accepted
         for i in range(min(n_tried, len(self.tried))):
             self.tried[i] += 1.0
-            self.accepted[i] += i < n_accepted
+            self.accepted[i] += min(1.0, max(0.0, n_accepted - i))  # a fractional score at the last
             self._n_tried += 1.0
-            self._n_accepted += i < n_accepted
+            self._n_accepted += min(1.0, max(0.0, n_accepted - i))
 
     def _scale(self, d: float) -> None:
         self._n_tried *= d

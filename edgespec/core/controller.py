@@ -70,6 +70,7 @@ class Plan:
     want_sure: bool = False
     est_speedup: float | None = None  # expected speed vs plain decoding, from measured costs
     source: str = MODEL
+    score: bool = False  # a plain step that first feeds the draft what it missed and scores it (scores)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class StepOutcome:
     shadow: tuple[int, int] = (0, 0)  # a proposal this step did not verify: (tokens scored, leading ones committed)
     catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
     catch_up_n: int = 0  # how many tokens that was
+    scores: tuple[float, ...] = ()  # per caught-up token: the probability a model draft of it was accepted
 
 
 WARMUP = (0, 0, 2, 2, 4, 4)  # plain steps and two draft sizes, each twice (a new batch shape's first call is slow)
@@ -154,6 +156,9 @@ class AdaptiveK:
         self._plain = False  # plain decoding chosen (not a probe)
         self._recover_at = 0
         self._lookup_share = 0.0  # lookup steps' share of recent steps (decayed like lookup's record)
+        self._score = False  # the next plain step catches the draft up and scores what it missed
+        self._unscored = False  # the last scored catch-up came back without scores: probe instead
+        self._asked = False  # the last plan asked for a scored catch-up
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
@@ -245,10 +250,14 @@ class AdaptiveK:
             return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
         best = self.best_k()
         warming = self.steps <= len(self._warmup)
-        k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best)
+        k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
         # a probe (any K but the best) drafts all its tokens: it is there to measure that K
         stop_below = self.stop_threshold(k) if k == best and not warming else 0.0
         plan = Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup(best))
+        if self._score:
+            self._score = False
+            plan = Plan(0, score=True, est_speedup=plan.est_speedup)
+            self._asked = True
         if warming or best < 0:
             return plan  # the model's costs are being measured
         if k == best > 0 and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
@@ -280,6 +289,12 @@ class AdaptiveK:
         plain = self.lookup.plain_speed()
         return Plan(k, source=LOOKUP, est_speedup=lookup_speed / plain if plain > 0 else None)
 
+    def _score_gap(self) -> int:
+        """Plain steps between scored catch-ups, so that they cost PROBE_BUDGET of the time."""
+        t0 = self.step_costs()[0]
+        loss = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
+        return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
+
     def _probe_gap(self, k: int) -> int:
         """Plain steps between recovery probes of K = k, so that probing costs PROBE_BUDGET
         of the time: a probe loses what its step and the draft's catch-up cost beyond the
@@ -288,15 +303,22 @@ class AdaptiveK:
         loss = self.step_costs()[k] + self.times.catch_up.value - self.expected_tokens(k) * t0
         return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
 
-    def _next_k(self, best: int) -> int:
+    def _next_k(self, best: int, lag: int) -> int:
         if best > 0 and self._plain and self.speed(best) < LEAVE_PLAIN * self.speed(0):
             best = 0  # leaving plain decoding first feeds the draft every token it missed
         if best <= 0:
             probe = min(self.k_max, 1 + self._probes % 2)
             if not self._plain:
-                self._plain, self._recover_at = True, self.steps + self._probe_gap(probe)
+                self._plain, self._recover_at = True, self.steps + self._score_gap()
             if self.steps < self._recover_at:
                 return 0
+            if lag > 0 and not self._unscored:
+                # feed the draft what it missed and score each token: a test of the text at
+                # the price of the catch-up alone (a probe follows if the decoder cannot score)
+                self._score = True
+                self._recover_at = self.steps + self._score_gap()
+                return 0
+            self._unscored = False
             # speculation does not pay now: probe a small K now and then to notice when the
             # text turns (a probe whose drafts were all accepted is followed at once: observe)
             self._probes += 1
@@ -322,6 +344,11 @@ class AdaptiveK:
         if o.shadow[0]:
             self.lookup.record(o.match, *o.shadow)
         self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not o.shadow[0])
+        if o.scores:
+            self.acc.observe_scores(o.scores)
+        elif self._asked:
+            self._unscored, self._recover_at = True, self.steps + 1  # not scored (constraints): probe next
+        self._asked = False
         if o.k > 0:
             self.acc.observe(o.k, o.n_accepted, o.sure)
             if self._plain and o.n_accepted == o.k:

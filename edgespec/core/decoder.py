@@ -43,6 +43,7 @@ from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
 PREFILL_CHUNK = 512
+SCORED_MAX = 64  # a scored catch-up scores at most its last 64 tokens (bounds the rows asked for)
 
 
 def _snapshot(stats: Stats) -> Stats:
@@ -176,6 +177,7 @@ class Decoder:
         self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
         self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
         self.committed: list[int] = []
+        self._px: dict[int, float] = {}  # p(x) of committed tokens the draft has not seen, by position
 
     def run(self, prompt: Sequence[int], req: Request) -> Generator[Step, None, None]:
         if not prompt:
@@ -189,6 +191,7 @@ class Decoder:
         index = self.index if req.speculative and req.lookup else None
         stats = Stats(n_prompt=len(prompt), speculative=draft is not None or index is not None)
         self.committed = list(prompt)
+        self._px.clear()
         t0 = time.perf_counter()
         try:
             stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
@@ -221,19 +224,17 @@ class Decoder:
                 yield self._final(stats, "length")
                 return
             plan, k, proposal = Plan(0), 0, None
+            lag = len(committed) - 1 - len(draft.tokens) if draft is not None else 0  # for the draft to catch up
             if draft is not None or index is not None:
-                lag = len(committed) - 1 - len(draft.tokens) if draft is not None else 0  # to catch up
                 proposal = index.propose(L_MAX) if index is not None else None
                 plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
             from_lookup = plan.source == LOOKUP and proposal is not None
-            catch_up_s, catch_up_n = 0.0, 0
-            if draft is not None and k and not from_lookup and len(draft.tokens) < len(committed) - 2:
+            catch_up_s, catch_up_n, scores = 0.0, 0, ()
+            if draft is not None and ((k and not from_lookup and lag > 1) or (plan.score and not k and lag > 0)):
                 # the draft sat out plain or lookup steps: catch it up outside the step the controller times
-                catch_up_n = len(committed) - 1 - len(draft.tokens)
-                t_catch = time.perf_counter()
-                draft.sync(committed[:-1])
-                catch_up_s = time.perf_counter() - t_catch
+                catch_up_n = lag
+                scores, catch_up_s = self._catch_up(draft, req.params, score=plan.score and hist is None)
                 stats.draft_s += catch_up_s
             t_step = time.perf_counter()
             drafts: list[int] = []
@@ -250,7 +251,8 @@ class Decoder:
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
-            a, token = verify(drafts, qs, _TargetRows(rows, req.params, hist, drafts), req.rng)
+            p_rows = _TargetRows(rows, req.params, hist, drafts)
+            a, token = verify(drafts, qs, p_rows, req.rng)
             new = [*drafts[:a], token]
             emit, finish = new, None
             for i, tok in enumerate(new):
@@ -269,6 +271,10 @@ class Decoder:
             if hist is not None:
                 hist.truncate(n_before)
                 hist.extend(new)
+            if draft is not None and (from_lookup or not drafts):
+                # the draft misses these: keep p(x) for scoring them when it catches up (_catch_up)
+                for i, tok in enumerate(new):
+                    self._px[n_before + i] = p_rows[i].prob(tok)
             committed.extend(new)
             if index is not None:
                 index.append(new)
@@ -287,6 +293,7 @@ class Decoder:
                 match=proposal.n if proposal is not None else 0,
                 catch_up_s=catch_up_s,
                 catch_up_n=catch_up_n,
+                scores=scores,
                 shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
@@ -296,6 +303,32 @@ class Decoder:
             yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k, outcome.source, lps)
             if finish is not None:
                 return
+
+    def _catch_up(self, draft: Cache, params: SamplingParams, score: bool) -> tuple[tuple[float, ...], float]:
+        """Feed the draft the tokens it missed (committed[:-1]); when `score`, also return for
+        each missed token x the probability that a model draft of it would have been accepted,
+        E[min(1, q(x) / p(x))] = sum min(p, q) for x ~ p: the committed x is a sample of p (the
+        decoding is lossless), so min(1, q(x) / p(x)) scores it without bias at any
+        temperature (at T = 0: whether the draft's argmax is x). The evidence a plain stretch
+        gives the controller, at the price of the catch-up alone. Also returns the seconds the
+        draft took (the catch-up's cost; scoring is the controller's own work, like planning)."""
+        committed = self.committed
+        n = len(committed)
+        t0 = time.perf_counter()
+        if not score:
+            draft.sync(committed[:-1])
+            return (), time.perf_counter() - t0
+        start = max(len(draft.tokens), n - 1 - SCORED_MAX)
+        draft.sync(committed[:start])
+        rows = draft.extend(committed[start : n - 1], logits_from=0)  # row j predicts committed[start + 1 + j]
+        eval_s = time.perf_counter() - t0
+        scores = []
+        for j, x in enumerate(committed[start + 1 : n]):
+            px = self._px.get(start + 1 + j, 0.0)
+            if px > 0.0:
+                scores.append(min(1.0, to_dist(rows[j][: self.n_vocab], params).prob(x) / px))
+        self._px.clear()
+        return tuple(scores), eval_s
 
     def _draft(
         self,

@@ -1,0 +1,185 @@
+"""Scored catch-ups: while it decodes plainly, the controller may ask the decoder to feed the
+draft the tokens it missed and score each with the probability that a model draft of it would
+have been accepted (Decoder._catch_up). The scores must be exact, unbiased at any temperature,
+follow a turn of the text at once (Acceptance.observe_scores) and bring the controller back
+to speculation when the text turns easy, without false alarms on steady text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.core.acceptance import Acceptance
+from edgespec.core.controller import AdaptiveK, Plan, StepOutcome
+from edgespec.core.decoder import Decoder
+from edgespec.core.penalties import Penalties
+from edgespec.core.sampling import SamplingParams, to_dist
+from tests.fakes import FakeModel, decode
+
+PROMPT = [1, 5, 9, 13]
+
+
+class Scripted:
+    """Plain steps, with a scored catch-up planned every `every` steps; keeps the outcomes."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.n = every, 0
+        self.outcomes: list[StepOutcome] = []
+
+    def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+        self.n += 1
+        return Plan(0, score=self.n % self.every == 0)
+
+    def observe(self, o: StepOutcome) -> None:
+        self.outcomes.append(o)
+
+
+def expected_score(target: FakeModel, draft: FakeModel, ctx: list[int], x: int, params: SamplingParams) -> float:
+    p = to_dist(target._row(ctx), params).prob(x)
+    q = to_dist(draft._row(ctx), params).prob(x)
+    return min(1.0, q / p)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_each_missed_token_is_scored_with_its_acceptance_probability(temperature: float) -> None:
+    target, draft = FakeModel(64), FakeModel(64, noise=0.8)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    params = SamplingParams(temperature)
+    ctrl = Scripted(every=5)
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=60, rng=np.random.default_rng(3)))  # type: ignore[arg-type]
+    scores = [s for o in ctrl.outcomes for s in o.scores]
+    committed = dec.committed
+    # each catch-up scores every token generated since the one before it, in order
+    want = [expected_score(target, draft, committed[:t], committed[t], params) for t in range(4, 4 + len(scores))]
+    assert len(scores) >= 50
+    assert scores == pytest.approx(want, rel=1e-5)
+    assert 0 < sum(s == 1.0 for s in scores) < len(scores)  # the draft agrees sometimes, not always
+    if temperature:
+        assert any(0.0 < s < 1.0 for s in scores)
+    # a scored catch-up is a catch-up: the draft holds all but the last committed token after it
+    assert all(o.catch_up_n == len(o.scores) for o in ctrl.outcomes if o.scores)
+
+
+def test_scores_are_unbiased_for_the_acceptance_rate_and_q_alone_is_not() -> None:
+    # one sampled token from a fixed context, scored by the catch-up of the next step: over many
+    # seeds the mean score is sum(min(p, q)), the chance a draft token is accepted there
+    target, draft = FakeModel(64, sharp=1.5), FakeModel(64, noise=1.0, sharp=1.5)
+    params = SamplingParams(1.0)
+    p = to_dist(target._row(PROMPT), params).dense(64)
+    q = to_dist(draft._row(PROMPT), params).dense(64)
+    accept, naive = float(np.minimum(p, q).sum()), float((p * q).sum())
+    scores, qx = [], []
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    for seed in range(1500):
+        ctrl = Scripted(every=2)
+        list(decode(dec, PROMPT, params, ctrl, max_tokens=2, rng=np.random.default_rng(seed)))  # type: ignore[arg-type]
+        scores.append(ctrl.outcomes[1].scores[0])
+        qx.append(q[dec.committed[len(PROMPT)]])
+    se = np.std(scores) / np.sqrt(len(scores))
+    assert abs(np.mean(scores) - accept) < 4 * se
+    # negative control: q(x) of the committed token estimates sum(p q), not the acceptance
+    assert abs(accept - naive) > 8 * se
+    assert abs(np.mean(qx) - accept) > 4 * se
+
+
+def test_with_penalties_the_draft_is_caught_up_but_not_scored() -> None:
+    # rows depend on a history the catch-up cannot replay cheaply: no scores, so the
+    # controller falls back to a recovery probe
+    target, draft = FakeModel(64), FakeModel(64, noise=0.5)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    params = SamplingParams(0.8, penalties=Penalties(repeat=1.3))
+    ctrl = Scripted(every=4)
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=12, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    caught = [o for o in ctrl.outcomes if o.catch_up_n]
+    assert caught and all(not o.scores for o in caught)
+    assert len(draft.kv) >= len(PROMPT) + 7  # fed up to the second catch-up
+
+
+def test_a_scored_batch_that_turned_easy_moves_the_estimate_at_once() -> None:
+    acc = Acceptance(8)
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # hard text, K = 2 drafts
+        a = int(rng.random() < 0.25)
+        acc.observe(2, a + (a and rng.random() < 0.25), ())
+    assert acc.pooled() < 0.35
+    changes = acc.changes
+    # the batch saw the hard text end and the easy text begin: the estimate follows the easy part
+    acc.observe_scores([0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0] + [1.0] * 11)
+    assert acc.changes == changes + 1 and acc.pooled() > 0.85
+
+
+def test_fractional_scores_are_a_rate() -> None:
+    acc = Acceptance(8)
+    acc.observe_scores([0.3] * 300)
+    assert acc.pooled() == pytest.approx(0.3, abs=1e-6) and acc.alpha()[0] == pytest.approx(0.3, abs=0.01)
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.6, 0.9])
+def test_scored_batches_of_steady_text_raise_no_alarm(rate: float) -> None:
+    # negative control for the test above: batches of the same text rarely look like a turn
+    acc = Acceptance(8, prior=rate)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        acc.observe_scores([float(rng.random() < rate) for _ in range(20)])
+    assert acc.changes <= 3  # 6000 tokens, 300 batches; a turn is caught at the first batch after it
+    assert acc.pooled() == pytest.approx(rate, abs=0.1)
+
+
+class Answering:
+    """A synthetic machine for the controller alone that answers scored catch-ups: plain steps
+    cost `t0`, drafting costs as in test_controller's Machine, a catch-up `c_tok` per token."""
+
+    def __init__(self, a: float, seed: int = 0, score: bool = True) -> None:
+        self.a, self.score = a, score
+        self.rng = np.random.default_rng(seed)
+        self.lag = 0
+
+    def step(self, plan: Plan) -> StepOutcome:
+        k = plan.k
+        scores: tuple[float, ...] = ()
+        caught = 0
+        if (k and self.lag > 1) or plan.score:
+            caught = self.lag
+            if plan.score and self.score:
+                scores = tuple(float(self.rng.random() < self.a) for _ in range(self.lag))
+            self.lag = 0
+        a = 0
+        while a < k and self.rng.random() < self.a:
+            a += 1
+        self.lag = self.lag + 1 if k == 0 else 0
+        verify = 0.022 * (1 + 0.08 * k)
+        return StepOutcome(k, a, 0.004 * k, verify, 0.004 * k + verify, catch_up_s=0.002 * caught,
+                           catch_up_n=caught, scores=scores)  # fmt: skip
+
+
+def drive(ctrl: AdaptiveK, m: Answering, steps: int) -> list[Plan]:
+    plans = []
+    for _ in range(steps):
+        plan = ctrl.plan(m.lag)
+        plans.append(plan)
+        ctrl.observe(m.step(plan))
+    return plans
+
+
+def test_plain_decoding_is_tested_by_scored_catch_ups_and_left_when_the_text_turns() -> None:
+    ctrl = AdaptiveK()
+    plans = drive(ctrl, Answering(0.15), 400)
+    late = plans[-200:]
+    assert ctrl.best_k() == 0 and sum(p.k > 0 for p in late) <= 2  # plain: no probes needed
+    scored = [i for i, p in enumerate(late) if p.score]
+    assert len(scored) >= 3  # a catch-up every few dozen steps
+    turned = drive(ctrl, Answering(0.95, seed=1), 60)
+    first = next(i for i, p in enumerate(turned) if p.k > 0)
+    # back to speculation right after the first scored catch-up on the easy text
+    assert first <= next(i for i, p in enumerate(turned) if p.score) + 1
+    assert sum(p.k > 0 for p in turned[first:]) >= 0.9 * len(turned[first:])
+
+
+def test_without_scores_it_probes_instead() -> None:
+    ctrl = AdaptiveK()
+    plans = drive(ctrl, Answering(0.15, score=False), 400)
+    late = plans[-200:]
+    for i, p in enumerate(late[:-1]):
+        if p.score:  # unanswered: the next step is a recovery probe
+            assert late[i + 1].k > 0
+    assert any(p.k > 0 for p in late)
