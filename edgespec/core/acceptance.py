@@ -10,6 +10,12 @@ binomial tail below CHANGE_LEVEL), the evidence before them is scaled down to th
 token, so the estimate jumps to the new text at once instead of drifting
 there over dozens of steps.
 
+While the controller decodes plainly the evidence comes as scores instead
+(`observe_scores`): each token the draft missed, scored with the probability that a
+draft of it would have been accepted. A batch is tested as a whole against the estimate
+from before it, for its worst-fitting run of recent tokens, so the first batch after
+the text turned easy moves the estimate there.
+
 Also per bucket of the draft's confidence in its token (SURE_EDGES): the evidence
 behind the in-step stop rule. Pure: no model, no clock, no I/O.
 
@@ -20,8 +26,10 @@ on steady text (a drop on steady text sends the controller to plain decoding, sl
 leave); a two-sample test did not, but was too weak after a turn, when the estimate
 rests on a few tokens; doing it for rises only moved switching text from 1.07 to 1.08x
 the best fixed K (median of 30), steady text unchanged. What the switching profile
-loses is the return to easy text while decoding plainly: the probes' spacing
-(PROBE_BUDGET) and a probe that happens to be rejected, not this test.
+loses was the return to easy text while decoding plainly: the probes' spacing
+(PROBE_BUDGET) and a probe that happens to be rejected, not this test. Scoring the
+plain stretch at each catch-up (observe_scores) took that on: switching text 1.06x ->
+1.10x the best fixed K (median of 16 machines from seeds 2001-2016), steady unchanged.
 """
 
 from __future__ import annotations

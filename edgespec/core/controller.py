@@ -26,11 +26,16 @@ text, and a change test that jumps to a turned text within a few steps.
 
 Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
 fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
-When K = 0 wins it decodes plainly and probes K = 1 or 2 now and then to notice when
-the text turns: spaced so that probing costs PROBE_BUDGET of the time (a probe's loss
-is its step beyond the plain steps worth its expected tokens, plus the measured cost
-of feeding the draft the tokens it missed), and again at once after a probe whose
-drafts were all accepted. Leaving plain decoding needs a predicted gain of LEAVE_PLAIN.
+When K = 0 wins it decodes plainly and, to notice when the text turns, now and then
+plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it
+missed and scores each with the probability a draft of it would have been accepted
+(StepOutcome.scores, Acceptance.observe_scores). Every token of the plain stretch is
+evidence, for the price of the catch-up alone, spaced so that it costs PROBE_BUDGET of
+the time. Where the decoder cannot score (penalties or a grammar: rows that depend on a
+history it cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss
+(its step beyond the plain steps worth its expected tokens, plus the catch-up) costs the
+same share, and again at once after a probe whose drafts were all accepted. Leaving
+plain decoding needs a predicted gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
@@ -92,7 +97,7 @@ class StepOutcome:
 WARMUP = (0, 0, 2, 2, 4, 4)  # plain steps and two draft sizes, each twice (a new batch shape's first call is slow)
 WARMUP_ACCEPTANCE = (4, 4)  # with the costs already known only acceptance is new
 PROBE_EVERY = 8  # a neighbour of the best K every 8 steps: near the best, a probe costs little
-PROBE_BUDGET = 0.03  # while plain wins, recovery probes may cost this share of the time
+PROBE_BUDGET = 0.03  # while plain wins, scored catch-ups or recovery probes may cost this share of the time
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding (the draft must catch up first)
 ALWAYS = 1.01  # a threshold above every confidence: stop after each token
 

@@ -9,7 +9,9 @@ KV invariant (asserted in tests, restored in `finally`):
   * The draft cache always holds a prefix of committed (it is cut to the
     longest common prefix after each step). It is fed what it lacks, so when
     all K were accepted the next draft batch is [x_K, bonus] and no extra
-    forward pass is paid.
+    forward pass is paid. After plain or lookup steps it is fed what it missed
+    before the next model draft, or when the controller asks for a scored
+    catch-up (`Plan.score`), with a logits row per token to score them.
   * On cancel, error or an early close by the consumer, both caches are cut
     back to a prefix of committed, so the next request reuses them.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cache import Cache, common_prefix
 from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
@@ -42,7 +45,6 @@ from .penalties import History
 from .sampling import Dist, SamplingParams, confidence, to_dist
 from .verify import verify
 
-PREFILL_CHUNK = 512
 SCORED_MAX = 64  # a scored catch-up scores at most its last 64 tokens (bounds the rows asked for)
 
 
@@ -61,51 +63,6 @@ def _shadow(proposal: Proposal, new: Sequence[int]) -> tuple[int, int]:
     scored, how many leading ones were committed). See LookupPolicy.record."""
     scored = min(len(new), len(proposal.tokens))
     return scored, common_prefix(proposal.tokens[:scored], new[:scored])
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class Cache:
-    """What one model's KV cache holds, kept in step with llama.cpp's."""
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.tokens: list[int] = []
-
-    def cut(self, n: int) -> None:
-        # Always ask llama.cpp: after a failed decode it may hold more than we know of.
-        self.model.trim(n)
-        del self.tokens[n:]
-
-    def sync(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> int:
-        """Make the cache hold exactly `tokens`; return how many had to be evaluated.
-
-        A long prefill goes in chunks with the cancel flag checked between them, so a
-        cancel (a client gone) does not wait for thousands of prompt tokens; a cancelled
-        sync leaves the cache holding a prefix of `tokens`."""
-        n = common_prefix(self.tokens, tokens)
-        if n < len(self.tokens):
-            self.cut(n)
-        start = n
-        while n < len(tokens):
-            if cancel is not None and cancel.is_set():
-                break
-            chunk = list(tokens[n : n + PREFILL_CHUNK])
-            self.model.eval(chunk, n)
-            self.tokens.extend(chunk)
-            n += len(chunk)
-        return n - start
-
-    def extend(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
-        rows = self.model.eval(tokens, len(self.tokens), logits_from)
-        self.tokens.extend(tokens)
-        return rows
 
 
 @dataclass(frozen=True)

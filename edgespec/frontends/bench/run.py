@@ -69,6 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate", action="store_true", help="simulated machines instead of models (no llama.cpp)")
     p.add_argument("--machines", default=",".join(m.name for m in MACHINES), help="--simulate: machines, or seedN")
     p.add_argument("--profiles", default=",".join(PROFILES), help="--simulate: acceptance profiles")
+    p.add_argument("--virtual-clock", action="store_true",
+                   help="--simulate: time steps on the simulation's clock (decisions only, deterministic)")  # fmt: skip
     p.set_defaults(func=cmd_bench)
 
 

@@ -1,0 +1,57 @@
+"""What one model's KV cache holds, kept in step with llama.cpp's (the decoder's two caches)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from .model import Model
+
+PREFILL_CHUNK = 512
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Cache:
+    """What one model's KV cache holds, kept in step with llama.cpp's."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.tokens: list[int] = []
+
+    def cut(self, n: int) -> None:
+        # Always ask llama.cpp: after a failed decode it may hold more than we know of.
+        self.model.trim(n)
+        del self.tokens[n:]
+
+    def sync(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> int:
+        """Make the cache hold exactly `tokens`; return how many had to be evaluated.
+
+        A long prefill goes in chunks with the cancel flag checked between them, so a
+        cancel (a client gone) does not wait for thousands of prompt tokens; a cancelled
+        sync leaves the cache holding a prefix of `tokens`."""
+        n = common_prefix(self.tokens, tokens)
+        if n < len(self.tokens):
+            self.cut(n)
+        start = n
+        while n < len(tokens):
+            if cancel is not None and cancel.is_set():
+                break
+            chunk = list(tokens[n : n + PREFILL_CHUNK])
+            self.model.eval(chunk, n)
+            self.tokens.extend(chunk)
+            n += len(chunk)
+        return n - start
+
+    def extend(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
+        rows = self.model.eval(tokens, len(self.tokens), logits_from)
+        self.tokens.extend(tokens)
+        return rows
