@@ -187,7 +187,8 @@ class Decoder:
                 plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
             from_lookup = plan.source == LOOKUP and proposal is not None
-            catch_up_s, catch_up_n, scores = 0.0, 0, ()
+            catch_up_s, catch_up_n = 0.0, 0
+            scores: tuple[float, ...] = ()
             if draft is not None and ((k and not from_lookup and lag > 1) or (plan.score and not k and lag > 0)):
                 # the draft sat out plain or lookup steps: catch it up outside the step the controller times
                 catch_up_n = lag

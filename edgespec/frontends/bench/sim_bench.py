@@ -58,7 +58,7 @@ def summary(row: dict[str, float]) -> dict[str, float]:
 
 def machines(names: str) -> list[Machine]:
     known = {m.name: m for m in MACHINES}
-    out = []
+    out: list[Machine] = []
     for name in (x for x in names.split(",") if x):
         first, _, last = name[4:].partition("-")
         if name.startswith("seed") and first.isdigit() and (not last or last.isdigit()):
