@@ -275,6 +275,7 @@ class Decoder:
         t0 = time.perf_counter()
         if not score:
             draft.sync(committed[:-1])
+            self._px.clear()
             return (), time.perf_counter() - t0
         start = max(len(draft.tokens), n - 1 - SCORED_MAX)
         draft.sync(committed[:start])
