@@ -30,6 +30,10 @@ loses was the return to easy text while decoding plainly: the probes' spacing
 (PROBE_BUDGET) and a probe that happens to be rejected, not this test. Scoring the
 plain stretch at each catch-up (observe_scores) took that on: switching text 1.06x ->
 1.10x the best fixed K (median of 16 machines from seeds 2001-2016), steady unchanged.
+Tried after it, no better on the tuning machines: a change window of 12 or 16 steps
+(switching 1.09 -> 1.09, steady-0.6 0.99 -> 0.97); after a batch that hints at a turn
+(tail < 0.05) without proving it, staying plain and scoring again 3 steps or half a
+batch later (switching 1.09 -> 1.06 / 1.08).
 """
 
 from __future__ import annotations
