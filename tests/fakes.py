@@ -45,7 +45,7 @@ class FakeModel:
         self._table = table.astype(np.float32)
         self.n_vocab, self.n_ctx, self.n_batch = n_vocab, n_ctx, 64
         self.kv: list[int] = []
-        self._out = np.zeros((40, n_vocab), dtype=np.float32)
+        self._out = np.zeros((80, n_vocab), dtype=np.float32)
         self.evals: list[tuple[int, int]] = []  # (pos, n_tokens) per eval
         self.add_bos, self.bos_id, self.eos_id = True, 1, 2
         self.fail_at_eval: int | None = None

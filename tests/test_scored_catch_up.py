@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from edgespec.core.acceptance import Acceptance
-from edgespec.core.controller import AdaptiveK, Plan, StepOutcome
-from edgespec.core.decoder import Decoder
+from edgespec.core.controller import LOOKUP, AdaptiveK, Plan, StepOutcome
+from edgespec.core.decoder import SCORED_MAX, Decoder
 from edgespec.core.penalties import Penalties
-from edgespec.core.sampling import SamplingParams, to_dist
+from edgespec.core.sampling import SamplingParams, prob_of, to_dist
 from tests.fakes import FakeModel, decode
 
 PROMPT = [1, 5, 9, 13]
@@ -183,3 +183,78 @@ def test_without_scores_it_probes_instead() -> None:
         if p.score:  # unanswered: the next step is a recovery probe
             assert late[i + 1].k > 0
     assert any(p.k > 0 for p in late)
+
+
+def test_a_long_plain_stretch_scores_its_last_rows_only() -> None:
+    # the catch-up asks for at most SCORED_MAX rows (and no more than the model's batch)
+    target, draft = FakeModel(64), FakeModel(64, noise=0.8)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    params = SamplingParams(0.8)
+    ctrl = Scripted(every=70)
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=72, rng=np.random.default_rng(5)))  # type: ignore[arg-type]
+    (o,) = [o for o in ctrl.outcomes if o.catch_up_n]
+    assert o.catch_up_n == 69 and len(o.scores) == SCORED_MAX == 64
+    c = dec.committed
+    first = len(PROMPT) + 69 - 64  # the last 64 tokens before the one being decoded
+    want = [expected_score(target, draft, c[:t], c[t], params) for t in range(first, first + 64)]
+    assert list(o.scores) == pytest.approx(want, rel=1e-5)
+    assert len(draft.kv) == len(PROMPT) + 68  # caught up all the same (all but the newest token)
+
+
+def test_the_last_token_of_a_model_step_is_scored_too() -> None:
+    # after a model step the draft lacks only that step's last token: a scored catch-up scores it
+    target, draft = FakeModel(64), FakeModel(64)  # the draft is the target: every draft accepted
+
+    class ModelThenScore(Scripted):
+        def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+            self.n += 1
+            return Plan(3) if self.n == 1 else Plan(0, score=True)
+
+    ctrl = ModelThenScore(every=1)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    list(decode(dec, PROMPT, SamplingParams(0.0), ctrl, max_tokens=6, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    assert ctrl.outcomes[0].n_accepted == 3
+    assert ctrl.outcomes[1].scores == (1.0,)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(0.7, top_k=0, top_p=1.0, min_p=0.0), SamplingParams(1.3, top_k=0, top_p=1.0, min_p=0.0),
+     SamplingParams(0.8), SamplingParams(0.8, top_k=0, top_p=0.9, min_p=0.0), SamplingParams(0.0)],
+)  # fmt: skip
+def test_prob_of_is_the_transformed_row_at_the_token(params: SamplingParams) -> None:
+    rng = np.random.default_rng(2)
+    row = (rng.normal(size=5000) * 3).astype(np.float32)
+    dist = to_dist(row, params)
+    for token in [*dist.ids[:5].tolist(), int(np.argmin(row)), 17]:
+        assert prob_of(row, token, params) == pytest.approx(dist.prob(token), rel=1e-9, abs=1e-300)
+
+
+def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain_step() -> None:
+    ctrl = AdaptiveK()
+    m = Answering(0.15)
+    drive(ctrl, m, 300)
+    real = ctrl._lookup_or
+    taken = []
+
+    def lookup_wins(plan: Plan, proposal: object, speed: float) -> Plan:
+        if plan.score and not taken:
+            taken.append(plan)
+            return Plan(2, source=LOOKUP)
+        return real(plan, proposal, speed)  # type: ignore[arg-type]
+
+    ctrl._lookup_or = lookup_wins  # type: ignore[method-assign]
+    for _ in range(200):
+        plan = ctrl.plan(m.lag)
+        if taken:
+            break
+        ctrl.observe(m.step(plan))
+    assert taken and plan.source == LOOKUP
+    m.lag += 3  # the lookup step committed tokens the draft did not see
+    ctrl.observe(StepOutcome(2, 1, 0.0, 0.03, 0.03, source=LOOKUP, match=3))
+    nxt = ctrl.plan(m.lag)
+    assert nxt.score and nxt.k == 0
+    o = m.step(nxt)
+    assert o.scores
+    ctrl.observe(o)
+    assert not ctrl._unscored  # answered: no probe follows

@@ -270,7 +270,10 @@ class AdaptiveK:
         # lookup must beat plain too: the charged model speed falls as the lag grows, and
         # against it alone a poor lookup would win forever and the draft never be fed again
         alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed())
-        return self._lookup_or(plan, proposal, alternative)
+        chosen = self._lookup_or(plan, proposal, alternative)
+        if plan.score and not chosen.score:
+            self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
+        return chosen
 
     def _model_speed(self, k: int, lag: int, share: float = 1.0) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
@@ -360,6 +363,6 @@ class AdaptiveK:
                 self._recover_at = self.steps + 1
         if o.catch_up_s > 0:
             self.times.catch_up.add(o.catch_up_s)
-            if o.catch_up_n > 0:
+            if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
                 self.times.catch_up_token.add(o.catch_up_s / o.catch_up_n)
         self.times.add(o.k, o.step_s, o.draft_s)

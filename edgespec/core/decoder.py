@@ -42,7 +42,7 @@ from .lookup import LookupIndex, Proposal
 from .lookup_policy import L_MAX
 from .model import Model
 from .penalties import History
-from .sampling import Dist, SamplingParams, confidence, to_dist
+from .sampling import Dist, SamplingParams, confidence, prob_of, to_dist
 from .verify import verify
 
 SCORED_MAX = 64  # a scored catch-up scores at most its last 64 tokens (bounds the rows asked for)
@@ -229,8 +229,9 @@ class Decoder:
             if hist is not None:
                 hist.truncate(n_before)
                 hist.extend(new)
-            if draft is not None and (from_lookup or not drafts):
-                # the draft misses these: keep p(x) for scoring them when it catches up (_catch_up)
+            if draft is not None:
+                # keep p(x) for scoring what the draft misses when it catches up (_catch_up): the
+                # tokens of plain and lookup steps, and a model step's last (the draft never saw it)
                 for i, tok in enumerate(new):
                     self._px[n_before + i] = p_rows[i].prob(tok)
             committed.extend(new)
@@ -269,7 +270,7 @@ class Decoder:
         decoding is lossless), so min(1, q(x) / p(x)) scores it without bias at any
         temperature (at T = 0: whether the draft's argmax is x). The evidence a plain stretch
         gives the controller, at the price of the catch-up alone. Also returns the seconds the
-        draft took (the catch-up's cost; scoring is the controller's own work, like planning)."""
+        catch-up took, scoring included."""
         committed = self.committed
         n = len(committed)
         t0 = time.perf_counter()
@@ -277,17 +278,18 @@ class Decoder:
             draft.sync(committed[:-1])
             self._px.clear()
             return (), time.perf_counter() - t0
-        start = max(len(draft.tokens), n - 1 - SCORED_MAX)
+        # one batch with a row per token: no more rows than the model evaluates in one batch
+        rows_max = min(SCORED_MAX, getattr(draft.model, "n_batch", SCORED_MAX))
+        start = max(len(draft.tokens), n - 1 - rows_max)
         draft.sync(committed[:start])
         rows = draft.extend(committed[start : n - 1], logits_from=0)  # row j predicts committed[start + 1 + j]
-        eval_s = time.perf_counter() - t0
         scores = []
         for j, x in enumerate(committed[start + 1 : n]):
             px = self._px.get(start + 1 + j, 0.0)
             if px > 0.0:
-                scores.append(min(1.0, to_dist(rows[j][: self.n_vocab], params).prob(x) / px))
+                scores.append(min(1.0, prob_of(rows[j][: self.n_vocab], x, params) / px))
         self._px.clear()
-        return tuple(scores), eval_s
+        return tuple(scores), time.perf_counter() - t0
 
     def _draft(
         self,

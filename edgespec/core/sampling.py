@@ -103,6 +103,21 @@ def to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids.astype(np.int64), scaled / scaled.sum())
 
 
+def prob_of(logits: np.ndarray, token: int, params: SamplingParams) -> float:
+    """to_dist(logits, params).prob(token), without listing every token where nothing is cut
+    (top_k, top_p and min_p all off: a softmax at the token)."""
+    if params.greedy:
+        return float(int(np.argmax(logits)) == token)
+    n = logits.shape[0]
+    if 0 < params.top_k < n or params.top_p < 1.0 or params.min_p > 0.0:
+        return to_dist(logits, params).prob(token)
+    weights = logits.astype(np.float64)
+    weights -= float(weights.max())
+    weights /= params.temperature
+    np.exp(weights, out=weights)
+    return float(weights[token] / weights.sum())
+
+
 # The definition: sort the k largest logits, cut. The fast paths below return exactly
 # what this returns, or None when they cannot show that they would.
 
