@@ -31,7 +31,10 @@ plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens i
 missed and scores each with the probability a draft of it would have been accepted
 (StepOutcome.scores, Acceptance.observe_scores). Every token of the plain stretch is
 evidence, for the price of the catch-up alone, spaced so that it costs PROBE_BUDGET of
-the time. Where the decoder cannot score (penalties or a grammar: rows that depend on a
+the time (the plain steps until the next one pay for it; as a catch-up grows with the
+stretch it feeds, checks back off geometrically where feeding the draft a token costs
+more than PROBE_BUDGET of a plain step: the longer the text has been hard, the less often
+it looks). Where the decoder cannot score (penalties or a grammar: rows that depend on a
 history it cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss
 (its step beyond the plain steps worth its expected tokens, plus the catch-up) costs the
 same share, and again at once after a probe whose drafts were all accepted. Leaving
