@@ -258,3 +258,13 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     assert o.scores
     ctrl.observe(o)
     assert not ctrl._unscored  # answered: no probe follows
+
+
+def test_only_tokens_the_draft_has_not_seen_keep_their_p() -> None:
+    # a model-only run keeps no p(x) beyond the draft's last gap (bounded memory)
+    from edgespec.core.controller import FixedK
+
+    dec = Decoder(FakeModel(64), FakeModel(64, noise=0.3))  # type: ignore[arg-type]
+    list(decode(dec, PROMPT, SamplingParams(0.8), FixedK(3), max_tokens=120, rng=np.random.default_rng(1)))
+    assert 1 <= len(dec._px) <= 2
+    assert all(pos >= len(dec.draft.tokens) for pos in dec._px)  # type: ignore[union-attr]

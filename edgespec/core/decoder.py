@@ -229,17 +229,18 @@ class Decoder:
             if hist is not None:
                 hist.truncate(n_before)
                 hist.extend(new)
-            if draft is not None:
-                # keep p(x) for scoring what the draft misses when it catches up (_catch_up): the
-                # tokens of plain and lookup steps, and a model step's last (the draft never saw it)
-                for i, tok in enumerate(new):
-                    self._px[n_before + i] = p_rows[i].prob(tok)
             committed.extend(new)
             if index is not None:
                 index.append(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
             if draft is not None:
                 draft.cut(min(common_prefix(draft.tokens, committed), len(committed) - 1))
+                # keep p(x) of the tokens the draft has not seen, to score them when it catches up
+                # (_catch_up): those of plain and lookup steps, and a model step's last
+                if len(draft.tokens) >= n_before:
+                    self._px.clear()  # the draft has seen every earlier token
+                for i in range(max(0, len(draft.tokens) - n_before), len(new)):
+                    self._px[n_before + i] = p_rows[i].prob(new[i])
             t_end = time.perf_counter()
             outcome = StepOutcome(
                 k=len(drafts),
