@@ -103,7 +103,7 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
             qs.append(q)
             if i + 1 < k:
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
-        return drafts, qs, []
+        return drafts, qs, [], None
 
     monkeypatch.setattr(decoder_mod.Decoder, "_draft", biased_draft)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)

@@ -268,3 +268,52 @@ def test_only_tokens_the_draft_has_not_seen_keep_their_p() -> None:
     list(decode(dec, PROMPT, SamplingParams(0.8), FixedK(3), max_tokens=120, rng=np.random.default_rng(1)))
     assert 1 <= len(dec._px) <= 2
     assert all(pos >= len(dec.draft.tokens) for pos in dec._px)  # type: ignore[union-attr]
+
+
+class Always(Scripted):
+    """K model drafts every step."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(every=1)
+        self.k = k
+
+    def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+        return Plan(self.k)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_bonus_after_an_all_accepted_step_is_scored_at_the_next_draft(temperature: float) -> None:
+    target, draft = FakeModel(64), FakeModel(64, noise=0.6)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    params = SamplingParams(temperature)
+    ctrl = Always(2)
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=200, rng=np.random.default_rng(4)))  # type: ignore[arg-type]
+    c, pos, scored = dec.committed, len(PROMPT), 0
+    for prev, o in zip(ctrl.outcomes, ctrl.outcomes[1:]):
+        pos += prev.n_accepted + 1  # the tokens the previous step committed
+        if prev.n_accepted == prev.k:
+            bonus = pos - 1  # its last token: the draft never saw it
+            assert o.bonus == pytest.approx(expected_score(target, draft, c[:bonus], c[bonus], params), rel=1e-5)
+            scored += 1
+        else:
+            assert o.bonus is None  # after a rejection the draft is fed only the correction
+    assert scored >= 10
+
+
+def test_a_bonus_score_is_one_more_position_of_the_step_before() -> None:
+    acc = Acceptance(8)
+    acc.observe(3, 3, ())
+    acc.observe_bonus(0.4)
+    assert acc.tried[3] == pytest.approx(1.0) and acc.accepted[3] == pytest.approx(0.4)
+    tried = list(acc.tried)
+    acc.observe(3, 1, ())
+    acc.observe_bonus(0.9)  # the step before was not all accepted: nothing to extend
+    assert acc.tried[3] == pytest.approx(tried[3] * 0.98)
+
+
+def test_with_penalties_no_bonus_is_scored() -> None:
+    dec = Decoder(FakeModel(64), FakeModel(64))  # type: ignore[arg-type]
+    ctrl = Always(2)
+    params = SamplingParams(0.8, penalties=Penalties(repeat=1.3))
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=40, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    assert any(o.n_accepted == o.k for o in ctrl.outcomes) and all(o.bonus is None for o in ctrl.outcomes)

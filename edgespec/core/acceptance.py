@@ -16,6 +16,9 @@ draft of it would have been accepted. A batch is tested as a whole against the e
 from before it, for its worst-fitting run of recent tokens, so the first batch after
 the text turned easy moves the estimate there.
 
+After a step whose drafts were all accepted, its bonus token is scored the same way
+(`observe_bonus`): one more position tried in that step, fractionally accepted.
+
 Also per bucket of the draft's confidence in its token (SURE_EDGES): the evidence
 behind the in-step stop rule. Pure: no model, no clock, no I/O.
 
@@ -91,6 +94,21 @@ class Acceptance:
         """A model-draft step: k tokens drafted, n_accepted of them kept."""
         n_tried = min(n_accepted + 1, k)  # positions after a rejection were not tested
         self._step((n_tried, n_accepted, sure[:n_tried]))
+
+    def observe_bonus(self, score: float) -> None:
+        """The last step's drafts were all accepted and its bonus token scored (the chance one
+        more draft token would have been accepted): one more position tried in that step."""
+        if not self._window:
+            return
+        t, a, sure = self._window[-1]
+        if t != a:
+            return  # not a step whose drafts were all accepted
+        if t < len(self.tried):
+            self.tried[t] += 1.0
+            self.accepted[t] += score
+            self._n_tried += 1.0
+            self._n_accepted += score
+        self._window[-1] = (t + 1, a + score, sure)
 
     def observe_scores(self, scores: Sequence[float]) -> None:
         """Tokens committed while the model did not draft, each scored with the probability

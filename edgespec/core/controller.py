@@ -95,6 +95,7 @@ class StepOutcome:
     catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
     catch_up_n: int = 0  # how many tokens that was
     scores: tuple[float, ...] = ()  # per caught-up token: the probability a model draft of it was accepted
+    bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted
 
 
 WARMUP = (0, 0, 2, 2, 4, 4)  # plain steps and two draft sizes, each twice (a new batch shape's first call is slow)
@@ -355,6 +356,8 @@ class AdaptiveK:
         if o.shadow[0]:
             self.lookup.record(o.match, *o.shadow)
         self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not o.shadow[0])
+        if o.bonus is not None:
+            self.acc.observe_bonus(o.bonus)
         if o.scores:
             self.acc.observe_scores(o.scores)
         elif self._asked:

@@ -198,6 +198,7 @@ class Decoder:
             drafts: list[int] = []
             qs: list[Dist] = []
             sure: list[float] = []
+            bonus = None
             if from_lookup and k:
                 assert proposal is not None
                 drafts = list(proposal.tokens[:k])
@@ -205,7 +206,7 @@ class Decoder:
                     drafts = drafts[: hist.valid_prefix(drafts)]  # never propose what the grammar forbids
                 qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
             elif draft is not None and k:
-                drafts, qs, sure = self._draft(draft, k, req.params, req.rng, plan, hist)
+                drafts, qs, sure, bonus = self._draft(draft, k, req.params, req.rng, plan, hist)
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
@@ -254,6 +255,7 @@ class Decoder:
                 catch_up_s=catch_up_s,
                 catch_up_n=catch_up_n,
                 scores=scores,
+                bonus=bonus,
                 shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
@@ -300,19 +302,27 @@ class Decoder:
         rng: np.random.Generator,
         plan: Plan,
         hist: Constraints | None,
-    ) -> tuple[list[int], list[Dist], list[float]]:
-        """Up to k draft tokens, and the draft's confidence in each when the plan wants it.
+    ) -> tuple[list[int], list[Dist], list[float], float | None]:
+        """Up to k draft tokens, the draft's confidence in each when the plan wants it, and
+        the score of the last step's bonus token (see below) when there is one.
 
         Drafting stops after a token the draft is less sure of than `plan.stop_below` (that
         token is still verified). The rule looks only at the draft's side, never at the
         target, so the output stays the target's: verify only needs each x_i to be a sample
         of q_i. Confidence is q(x) of the token drawn, or at temperature 0 (one-hot q) the
         untempered probability of the argmax. With penalties, q_i is made with the history
-        committed + drafts[:i] (pushed onto `hist` as drafted, taken back before returning)."""
+        committed + drafts[:i] (pushed onto `hist` as drafted, taken back before returning).
+
+        After a step whose drafts were all accepted the draft is fed [x_K, bonus]: its row
+        after x_K is asked too, and the bonus scored as in `_catch_up` (the acceptance one
+        more draft token would have had: evidence for position K + 1 at the price of a row)."""
         feed = self.committed[len(draft.tokens) :]
+        px = self._px.get(len(self.committed) - 1, 0.0) if len(feed) > 1 and hist is None else 0.0
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
-        row = draft.extend(feed, logits_from=len(feed) - 1)[-1][: self.n_vocab]
+        rows = draft.extend(feed, logits_from=len(feed) - (2 if px > 0.0 else 1))
+        bonus = min(1.0, prob_of(rows[0][: self.n_vocab], self.committed[-1], params) / px) if px > 0.0 else None
+        row = rows[-1][: self.n_vocab]
         drafts: list[int] = []
         qs: list[Dist] = []
         sures: list[float] = []
@@ -336,7 +346,7 @@ class Decoder:
                 break
         if hist is not None:
             hist.truncate(base)
-        return drafts, qs, sures
+        return drafts, qs, sures, bonus
 
     def _account(self, stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float) -> None:
         stats.steps += 1
