@@ -317,3 +317,28 @@ def test_with_penalties_no_bonus_is_scored() -> None:
     params = SamplingParams(0.8, penalties=Penalties(repeat=1.3))
     list(decode(dec, PROMPT, params, ctrl, max_tokens=40, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
     assert any(o.n_accepted == o.k for o in ctrl.outcomes) and all(o.bonus is None for o in ctrl.outcomes)
+
+
+def test_only_the_bonus_of_an_all_accepted_model_step_is_scored() -> None:
+    # a plain step, a scored catch-up or a new request before a model step: the draft's feed
+    # ends with a token that is no bonus, and nothing is scored (review: misattributed before)
+    class Sequence_(Scripted):
+        def __init__(self, plans: list[Plan]) -> None:
+            super().__init__(every=1)
+            self.plans = plans
+
+        def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+            self.n += 1
+            return self.plans[self.n - 1] if self.n <= len(self.plans) else Plan(0)
+
+    target, draft = FakeModel(64), FakeModel(64)  # the draft is the target: every draft accepted
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    plans = [Plan(2), Plan(0), Plan(2), Plan(2), Plan(0), Plan(0), Plan(0, score=True), Plan(2), Plan(2)]
+    ctrl = Sequence_(plans)
+    list(decode(dec, PROMPT, SamplingParams(0.0), ctrl, max_tokens=40, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    bonus = [o.bonus for o in ctrl.outcomes[: len(plans)]]
+    assert bonus == [None, None, None, 1.0, None, None, None, None, 1.0]
+    # a new request starts without one, even if the last ended on an all-accepted step
+    ctrl2 = Sequence_([Plan(0), Plan(2), Plan(2)])
+    list(decode(dec, dec.committed, SamplingParams(0.0), ctrl2, max_tokens=3, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    assert [o.bonus for o in ctrl2.outcomes] == [None, None, 1.0][: len(ctrl2.outcomes)]

@@ -135,6 +135,7 @@ class Decoder:
         self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
         self.committed: list[int] = []
         self._px: dict[int, float] = {}  # p(x) of committed tokens the draft has not seen, by position
+        self._all_accepted = False  # the last step was a model step whose drafts were all accepted
 
     def run(self, prompt: Sequence[int], req: Request) -> Generator[Step, None, None]:
         if not prompt:
@@ -149,6 +150,7 @@ class Decoder:
         stats = Stats(n_prompt=len(prompt), speculative=draft is not None or index is not None)
         self.committed = list(prompt)
         self._px.clear()
+        self._all_accepted = False
         t0 = time.perf_counter()
         try:
             stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
@@ -231,6 +233,7 @@ class Decoder:
                 hist.truncate(n_before)
                 hist.extend(new)
             committed.extend(new)
+            self._all_accepted = bool(drafts) and not from_lookup and a == len(drafts)
             if index is not None:
                 index.append(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
@@ -317,7 +320,8 @@ class Decoder:
         after x_K is asked too, and the bonus scored as in `_catch_up` (the acceptance one
         more draft token would have had: evidence for position K + 1 at the price of a row)."""
         feed = self.committed[len(draft.tokens) :]
-        px = self._px.get(len(self.committed) - 1, 0.0) if len(feed) > 1 and hist is None else 0.0
+        bonus_next = self._all_accepted and len(feed) == 2 and hist is None  # feed: [x_K, bonus]
+        px = self._px.get(len(self.committed) - 1, 0.0) if bonus_next else 0.0
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
         rows = draft.extend(feed, logits_from=len(feed) - (2 if px > 0.0 else 1))
