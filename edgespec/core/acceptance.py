@@ -36,7 +36,9 @@ plain stretch at each catch-up (observe_scores) took that on: switching text 1.0
 Tried after it, no better on the tuning machines: a change window of 12 or 16 steps
 (switching 1.09 -> 1.09, steady-0.6 0.99 -> 0.97); after a batch that hints at a turn
 (tail < 0.05) without proving it, staying plain and scoring again 3 steps or half a
-batch later (switching 1.09 -> 1.06 / 1.08).
+batch later (switching 1.09 -> 1.06 / 1.08); scoring only the last 32 rows (1.09 ->
+1.08); memory per token tried instead of per step (DECAY or 0.99 per token: switching
+1.09 -> 1.08, steady-0.6 0.99 -> 0.98 / 1.00).
 """
 
 from __future__ import annotations
