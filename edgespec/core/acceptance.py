@@ -167,9 +167,10 @@ class Acceptance:
             self.sure_accepted[b] += i < n_accepted
         for i in range(min(n_tried, len(self.tried))):
             self.tried[i] += 1.0
-            self.accepted[i] += min(1.0, max(0.0, n_accepted - i))  # a fractional score at the last
+            got = min(1.0, max(0.0, n_accepted - i))  # 1 before the count, a fractional score at it
+            self.accepted[i] += got
             self._n_tried += 1.0
-            self._n_accepted += min(1.0, max(0.0, n_accepted - i))
+            self._n_accepted += got
 
     def _scale(self, d: float) -> None:
         self._n_tried *= d

@@ -293,9 +293,13 @@ class Decoder:
         for j, x in enumerate(committed[start + 1 : n]):
             px = self._px.get(start + 1 + j, 0.0)
             if px > 0.0:
-                scores.append(min(1.0, prob_of(rows[j][: self.n_vocab], x, params) / px))
+                scores.append(self._score(rows[j], x, px, params))
         self._px.clear()
         return tuple(scores), time.perf_counter() - t0
+
+    def _score(self, row: np.ndarray, x: int, px: float, params: SamplingParams) -> float:
+        """min(1, q(x) / p(x)): the chance a draft of the committed x would have been accepted."""
+        return min(1.0, prob_of(row[: self.n_vocab], x, params) / px)
 
     def _draft(
         self,
@@ -325,7 +329,7 @@ class Decoder:
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
         rows = draft.extend(feed, logits_from=len(feed) - (2 if px > 0.0 else 1))
-        bonus = min(1.0, prob_of(rows[0][: self.n_vocab], self.committed[-1], params) / px) if px > 0.0 else None
+        bonus = self._score(rows[0], self.committed[-1], px, params) if px > 0.0 else None
         row = rows[-1][: self.n_vocab]
         drafts: list[int] = []
         qs: list[Dist] = []
