@@ -113,22 +113,22 @@ def test_speculative_sampling_with_penalties_follows_plain_penalised_sampling() 
 def test_negative_control_target_rows_without_the_draft_tokens_in_their_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = decoder_mod._TargetRows.__init__
+    real = decoder_mod.TargetRows.__init__
 
     def forgetful(self, rows, params, hist=None, drafts=()):
         real(self, rows, params, hist, ())  # WRONG on purpose: p_i sees only the committed tokens
 
-    monkeypatch.setattr(decoder_mod._TargetRows, "__init__", forgetful)
+    monkeypatch.setattr(decoder_mod.TargetRows, "__init__", forgetful)
     assert _pvalue(seed=3) < 1e-6, "the test cannot tell a wrong history apart"
 
 
 def test_negative_control_penalties_on_the_draft_side_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = decoder_mod._TargetRows.__init__
+    real = decoder_mod.TargetRows.__init__
 
     def plain_target(self, rows, params, hist=None, drafts=()):
         real(self, rows, dataclasses.replace(params, penalties=Penalties()), None, drafts)  # WRONG on purpose
 
-    monkeypatch.setattr(decoder_mod._TargetRows, "__init__", plain_target)
+    monkeypatch.setattr(decoder_mod.TargetRows, "__init__", plain_target)
     assert _pvalue(seed=3) < 1e-6, "the test cannot tell a one-sided penalty apart"
 
 

@@ -23,7 +23,6 @@ The decoder knows token ids only; text and stop strings live in detok.py.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -43,19 +42,11 @@ from .lookup_policy import L_MAX
 from .model import Model
 from .penalties import History
 from .sampling import Dist, SamplingParams, confidence, prob_of, to_dist
+from .step_stats import account, snapshot
+from .target_rows import TargetRows
 from .verify import verify
 
 SCORED_MAX = 64  # a scored catch-up scores at most its last 64 tokens (bounds the rows asked for)
-
-
-def _snapshot(stats: Stats) -> Stats:
-    """A copy for one event: the running Stats keeps changing after it is yielded."""
-    return dataclasses.replace(
-        stats,
-        accepted_per_position=list(stats.accepted_per_position),
-        drafted_per_position=list(stats.drafted_per_position),
-        sources={name: dict(counts) for name, counts in stats.sources.items()},
-    )
 
 
 def _shadow(proposal: Proposal, new: Sequence[int]) -> tuple[int, int]:
@@ -89,38 +80,6 @@ class Step:
     k: int = 0  # the K the controller planned for this step (the step may draft fewer)
     source: str = MODEL  # where this step's drafts came from
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asks
-
-
-def _dist(row: np.ndarray, params: SamplingParams, hist: Constraints | None) -> Dist:
-    """The sampling transform of one row, penalties (with `hist` as it stands) included."""
-    return to_dist(row if hist is None else hist.apply(row), params)
-
-
-class _TargetRows:
-    """p rows computed only when verify looks at them (it stops at the first rejection).
-
-    With penalties, row i is penalised with the history committed + drafts[:i], the one
-    q_i was made with: `hist` starts at the committed tokens and follows the drafts."""
-
-    def __init__(
-        self, rows: np.ndarray, params: SamplingParams, hist: Constraints | None = None, drafts: Sequence[int] = ()
-    ) -> None:
-        self._rows, self._params = rows, params
-        self._hist, self._drafts = hist, drafts
-        self._base = hist.n if hist is not None else 0
-        self._done: dict[int, Dist] = {}
-
-    def __len__(self) -> int:
-        return self._rows.shape[0]
-
-    def __getitem__(self, i: int) -> Dist:
-        if i not in self._done:
-            hist = self._hist
-            if hist is not None:
-                hist.truncate(min(hist.n, self._base + i))
-                hist.extend(self._drafts[hist.n - self._base : i])
-            self._done[i] = _dist(self._rows[i], self._params, hist)
-        return self._done[i]
 
 
 class Decoder:
@@ -212,7 +171,7 @@ class Decoder:
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
-            p_rows = _TargetRows(rows, req.params, hist, drafts)
+            p_rows = TargetRows(rows, req.params, hist, drafts)
             a, token = verify(drafts, qs, p_rows, req.rng)
             new = [*drafts[:a], token]
             emit, finish = new, None
@@ -262,10 +221,10 @@ class Decoder:
                 shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
-            self._account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
+            account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
             n_draft = min(a, len(emit))
             from_draft = (True,) * n_draft + (False,) * (len(emit) - n_draft)
-            yield Step(tuple(emit), from_draft, _snapshot(stats), finish, plan.k, outcome.source, lps)
+            yield Step(tuple(emit), from_draft, snapshot(stats), finish, plan.k, outcome.source, lps)
             if finish is not None:
                 return
 
@@ -356,31 +315,8 @@ class Decoder:
             hist.truncate(base)
         return drafts, qs, sures, bonus
 
-    def _account(self, stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float) -> None:
-        stats.steps += 1
-        stats.k = plan.k
-        stats.n_generated += n_emit
-        stats.n_drafted += o.k
-        stats.n_accepted += o.n_accepted
-        if o.k:
-            by_source = stats.sources.setdefault(o.source, {"drafted": 0, "accepted": 0})
-            by_source["drafted"] += o.k
-            by_source["accepted"] += o.n_accepted
-        stats.draft_s += o.draft_s
-        stats.verify_s += o.verify_s
-        grow = o.k - len(stats.drafted_per_position)
-        if grow > 0:
-            stats.drafted_per_position.extend([0] * grow)
-            stats.accepted_per_position.extend([0] * grow)
-        for i in range(o.k):
-            stats.drafted_per_position[i] += 1
-            stats.accepted_per_position[i] += i < o.n_accepted
-        stats.decode_s += busy_s  # time inside the generator only, not the consumer's
-        stats.elapsed_s = stats.prefill_s + stats.decode_s
-        stats.est_speedup = plan.est_speedup
-
     def _final(self, stats: Stats, reason: str) -> Step:
-        return Step((), (), _snapshot(stats), reason)
+        return Step((), (), snapshot(stats), reason)
 
     def reset(self) -> None:
         for cache in (self.target, self.draft):
