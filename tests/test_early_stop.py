@@ -87,7 +87,7 @@ def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
 
 
 def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
-    def biased_draft(self, draft, k, params, rng, plan, hist=None):
+    def biased_draft(self, draft, k, params, rng, plan, hist=None, tail=None):
         # WRONG on purpose: leaves out a token the draft is unsure of, so the tokens it
         # proposes are no longer samples of q
         feed = self.committed[len(draft.tokens) :]
@@ -103,7 +103,7 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
             qs.append(q)
             if i + 1 < k:
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
-        return drafts, qs, [], None
+        return decoder_mod.Drafted(drafts, qs, [], None)
 
     monkeypatch.setattr(decoder_mod.Decoder, "_draft", biased_draft)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)

@@ -138,8 +138,8 @@ def test_a_draft_that_ignores_the_penalties_still_gives_the_targets_law(monkeypa
     The draft side has to match only to accept well; the target side has to be exact."""
     real = decoder_mod.Decoder._draft
 
-    def unpenalised(self, draft, k, params, rng, plan, hist=None):
-        return real(self, draft, k, dataclasses.replace(params, penalties=Penalties()), rng, plan, None)
+    def unpenalised(self, draft, k, params, rng, plan, hist=None, tail=None):
+        return real(self, draft, k, dataclasses.replace(params, penalties=Penalties()), rng, plan, None, tail)
 
     monkeypatch.setattr(decoder_mod.Decoder, "_draft", unpenalised)
     assert _pvalue(seed=3) > 1e-3

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..core import defaults, templates
-from ..core.controller import LOOKUP, AdaptiveK, Controller, FixedK, StepTimes
+from ..core.controller import AdaptiveK, Controller, FixedK, StepTimes
 from ..core.decoder import Decoder, Request
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
@@ -303,9 +303,7 @@ class Engine:
             try:
                 for step in steps:
                     stats = step.stats
-                    drafted = "lookup" if step.source == LOOKUP else "draft"
-                    sources = [drafted if f else "target" for f in step.from_draft]
-                    segments, stop_at = text.feed(step.tokens, sources)
+                    segments, stop_at = text.feed(step.tokens, step.sources())
                     toks, flags, finish, lps = step.tokens, step.from_draft, step.finish_reason, step.logprobs
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"

@@ -54,7 +54,6 @@ Pure: no model, no clock, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Protocol
 
 from . import defaults
@@ -62,41 +61,10 @@ from .acceptance import SURE_EDGES, Acceptance
 from .lookup import Proposal
 from .lookup_policy import DECAY as LOOKUP_DECAY
 from .lookup_policy import LookupPolicy
+from .plans import LOOKUP, MODEL, Plan, StepOutcome
 from .step_times import StepTimes
 
-MODEL, LOOKUP = "model", "lookup"  # the draft sources
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the next step does: draft up to `k` tokens (0: a plain step) from `source`, stop
-    drafting after a token whose confidence is below `stop_below` (model drafts), and measure
-    that confidence when `want_sure`."""
-
-    k: int
-    stop_below: float = 0.0
-    want_sure: bool = False
-    est_speedup: float | None = None  # expected speed vs plain decoding, from measured costs
-    source: str = MODEL
-    score: bool = False  # a plain step that first feeds the draft what it missed and scores it (scores)
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    k: int  # draft tokens proposed this step (may be < the K asked for: drafting can stop early)
-    n_accepted: int
-    draft_s: float
-    verify_s: float
-    step_s: float
-    sure: tuple[float, ...] = ()  # the draft's confidence in each drafted token (see Decoder._draft)
-    source: str = MODEL  # where the drafts came from
-    match: int = 0  # the length of the lookup proposal's matched n-gram (0: no proposal)
-    shadow: tuple[int, int] = (0, 0)  # a proposal this step did not verify: (tokens scored, leading ones committed)
-    catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
-    catch_up_n: int = 0  # how many tokens that was
-    scores: tuple[float, ...] = ()  # per caught-up token: the probability a model draft of it was accepted
-    bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted
-
+__all__ = ["LOOKUP", "MODEL", "AdaptiveK", "Controller", "FixedK", "Plan", "StepOutcome", "StepTimes"]
 
 WARMUP = (0, 0, 2, 2, 4, 4)  # plain steps and two draft sizes, each twice (a new batch shape's first call is slow)
 WARMUP_ACCEPTANCE = (4, 4)  # with the costs already known only acceptance is new
@@ -113,6 +81,10 @@ class Controller(Protocol):
         ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        """For plans with `extend`: lookup tokens to end a draft of `drafted` model tokens with."""
+        ...
 
 
 class FixedK:
@@ -135,6 +107,9 @@ class FixedK:
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        return 0  # never asked: a fixed K's plans do not extend
 
 
 class AdaptiveK:
@@ -262,7 +237,8 @@ class AdaptiveK:
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
         # a probe (any K but the best) drafts all its tokens: it is there to measure that K
         stop_below = self.stop_threshold(k) if k == best and not warming else 0.0
-        plan = Plan(k, max(stop_below, self.p_min), want_sure=True, est_speedup=self.estimated_speedup(best))
+        extend = proposal is not None and k == best > 0 and not warming  # a probe measures K: no lookup in it
+        plan = Plan(k, max(stop_below, self.p_min), True, self.estimated_speedup(best), extend=extend)
         if self._score:
             self._score = False
             plan = Plan(0, score=True, est_speedup=plan.est_speedup)
@@ -278,6 +254,36 @@ class AdaptiveK:
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
         return chosen
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens
+        (Plan.extend: asked after each model token). Looked-up tokens cost no draft time, a
+        longer verify, and (each one accepted) a later catch-up of the draft; they are taken
+        when the step's expected tokens per second with them beat the model's plan. That is
+        where a copy resumes after a change: the model drafts the change, lookup the copy
+        after it. Lossless: a looked-up token is a deterministic function of the tokens
+        before it, so its q is one-hot; the model's tokens keep their own q."""
+        best = self.best_k()
+        if best <= 0 or drafted >= best:
+            return 0
+        alpha, curve, verify = self.alpha(), self.step_costs(), self.times.verify.cost
+        sure, reach = 1.0, 1.0  # tokens expected from the drafts so far; the chance all are accepted
+        for a in alpha[:drafted]:
+            reach *= a
+            sure += reach
+        model = self.speed(best)  # the model drafts on: its plan's speed
+        # or lookup copies j tokens: no draft time, a longer verify, and each copied token
+        # accepted must still be fed to the draft before it drafts again
+        base = curve[drafted] - verify(drafted + 1)
+        tax = self.times.catch_up_token.value
+        take, copied, run, gain = 0, 0.0, reach, 0.0
+        for j, a in enumerate(self.lookup.alpha(proposal.n)[: len(proposal.tokens)], start=1):
+            run *= a
+            gain += run
+            t = base + verify(drafted + j + 1) + gain * tax
+            if t > 0 and (sure + gain) / t > copied:
+                take, copied = j, (sure + gain) / t
+        return take if copied > model else 0
 
     def _model_speed(self, k: int, lag: int, share: float = 1.0) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
@@ -363,12 +369,16 @@ class AdaptiveK:
         elif self._asked:
             self._unscored, self._recover_at = True, self.steps + 1  # not scored (constraints): probe next
         self._asked = False
-        if o.k > 0:
-            self.acc.observe(o.k, o.n_accepted, o.sure)
+        n_model = o.k - o.extended  # a draft lookup finished: its own part to each source's record
+        if o.extended and o.n_accepted >= n_model:
+            self.lookup.record(o.extended_match, o.extended, o.n_accepted - n_model)
+        if n_model > 0:
+            self.acc.observe(n_model, min(o.n_accepted, n_model), o.sure[:n_model])
             if self._plain and o.n_accepted == o.k:
                 self._recover_at = self.steps + 1
         if o.catch_up_s > 0:
             self.times.catch_up.add(o.catch_up_s)
             if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
                 self.times.catch_up_token.add(o.catch_up_s / o.catch_up_n)
-        self.times.add(o.k, o.step_s, o.draft_s)
+        if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
+            self.times.add(o.k, o.step_s, o.draft_s)

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,6 +81,30 @@ class Step:
     k: int = 0  # the K the controller planned for this step (the step may draft fewer)
     source: str = MODEL  # where this step's drafts came from
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asks
+    lookup_from: int | None = None  # a model draft lookup finished: accepted drafts from here on are lookup's
+
+    def sources(self) -> list[str]:
+        """Where each token came from: "draft" (the model), "lookup" or "target"."""
+        own = "lookup" if self.source == LOOKUP else "draft"
+        split = len(self.tokens) if self.lookup_from is None else self.lookup_from
+        return [("lookup" if i >= split else own) if f else "target" for i, f in enumerate(self.from_draft)]
+
+
+class Tail(NamedTuple):
+    """What a model draft needs to let prompt lookup finish it (Decoder._lookup_tail)."""
+
+    lookup: LookupIndex
+    cap: int  # the most draft tokens the step may verify (context and max_tokens)
+    controller: Controller
+
+
+class Drafted(NamedTuple):
+    tokens: list[int]
+    qs: list[Dist]
+    sure: list[float]  # the draft's confidence in each of its own tokens (when the plan wants it)
+    bonus: float | None  # the score of the last step's bonus token, when there is one
+    extended: int = 0  # the last tokens were copied by prompt lookup (Tail), not drafted
+    match: int = 0  # the matched n-gram length they followed
 
 
 class Decoder:
@@ -160,6 +185,7 @@ class Decoder:
             qs: list[Dist] = []
             sure: list[float] = []
             bonus = None
+            extended = extended_match = 0
             if from_lookup and k:
                 assert proposal is not None
                 drafts = list(proposal.tokens[:k])
@@ -167,7 +193,12 @@ class Decoder:
                     drafts = drafts[: hist.valid_prefix(drafts)]  # never propose what the grammar forbids
                 qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
             elif draft is not None and k:
-                drafts, qs, sure, bonus = self._draft(draft, k, req.params, req.rng, plan, hist)
+                tail = None
+                if plan.extend and index is not None and hist is None:  # constraints: model drafts only
+                    tail = Tail(index, min(room - 1, left - 1), req.controller)
+                drafts, qs, sure, bonus, extended, extended_match = self._draft(
+                    draft, k, req.params, req.rng, plan, hist, tail
+                )
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
@@ -219,12 +250,15 @@ class Decoder:
                 scores=scores,
                 bonus=bonus,
                 shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
+                extended=extended,
+                extended_match=extended_match,
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
             account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)
             n_draft = min(a, len(emit))
             from_draft = (True,) * n_draft + (False,) * (len(emit) - n_draft)
-            yield Step(tuple(emit), from_draft, snapshot(stats), finish, plan.k, outcome.source, lps)
+            lookup_from = len(drafts) - extended if extended else None
+            yield Step(tuple(emit), from_draft, snapshot(stats), finish, plan.k, outcome.source, lps, lookup_from)
             if finish is not None:
                 return
 
@@ -268,9 +302,11 @@ class Decoder:
         rng: np.random.Generator,
         plan: Plan,
         hist: Constraints | None,
-    ) -> tuple[list[int], list[Dist], list[float], float | None]:
+        tail: Tail | None = None,
+    ) -> Drafted:
         """Up to k draft tokens, the draft's confidence in each when the plan wants it, and
-        the score of the last step's bonus token (see below) when there is one.
+        the score of the last step's bonus token (see below) when there is one. With a
+        `tail`, prompt lookup may end the draft with its own tokens (`_lookup_tail`).
 
         Drafting stops after a token the draft is less sure of than `plan.stop_below` (that
         token is still verified). The rule looks only at the draft's side, never at the
@@ -305,15 +341,34 @@ class Decoder:
                 hist.push(x)
             if plan.want_sure:
                 sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
-                if sures[-1] < plan.stop_below:
-                    break
+            if tail is not None and not self.target.model.is_eog(x):
+                extended, match = self._lookup_tail(tail, drafts, qs)
+                if extended:
+                    return Drafted(drafts, qs, sures, bonus, extended, match)
+            if plan.want_sure and sures[-1] < plan.stop_below:
+                break
             if i + 1 < k and not self.target.model.is_eog(x):  # nothing is verified past the end
                 row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
             else:
                 break
         if hist is not None:
             hist.truncate(base)
-        return drafts, qs, sures, bonus
+        return Drafted(drafts, qs, sures, bonus)
+
+    def _lookup_tail(self, tail: Tail, drafts: list[int], qs: list[Dist]) -> tuple[int, int]:
+        """Append what prompt lookup proposes after the model's drafts so far, when the
+        controller finds it worth it (Controller.extension): (tokens appended, the matched
+        n-gram's length). A looked-up token is a deterministic function of the tokens
+        before it, so its q is one-hot, as in a lookup step: lossless at any temperature."""
+        room = min(tail.cap - len(drafts), L_MAX)
+        if room <= 0:
+            return 0, 0
+        proposal = tail.lookup.propose_after(drafts, room)
+        n = tail.controller.extension(proposal, len(drafts)) if proposal.tokens else 0
+        copied = proposal.tokens[:n]
+        drafts.extend(copied)
+        qs.extend(Dist.one_hot(x) for x in copied)
+        return len(copied), proposal.n
 
     def _final(self, stats: Stats, reason: str) -> Step:
         return Step((), (), snapshot(stats), reason)

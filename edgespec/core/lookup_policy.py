@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from . import defaults
 from .recent import Recent
 
 L_MAX = 16  # the longest lookup draft: a copy run rarely holds longer, and v(n) grows with n
@@ -35,27 +36,28 @@ GROWTH = 0.1  # v(n) / v(1) - 1 per extra token, assumed until two batch sizes w
 
 
 class VerifyTimes:
-    """Median seconds of a target pass over n tokens, n = 1..L_MAX+1, measured."""
+    """Median seconds of a target pass over n tokens, n = 1..n_max, measured: every batch a
+    step verifies, up to a model draft of K_MAX that lookup finished with L_MAX more."""
 
-    def __init__(self, n_max: int = L_MAX + 1) -> None:
+    def __init__(self, n_max: int = defaults.K_MAX + L_MAX + 1) -> None:
         self.n_max = n_max
         self._by_n = [Recent() for _ in range(n_max + 1)]
-        self._table: list[float] | None = None  # cost(n) for every n, until the next add
+        self._table: dict[int, float] = {}  # cost(n) asked since the last add
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
             self._by_n[n].add(seconds)
-            self._table = None
+            self._table.clear()
 
     def measured(self) -> list[tuple[int, float]]:
         return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
 
     def cost(self, n: int) -> float:
-        """v(n), computed once per measurement for every n (the decoder asks each step)."""
-        if self._table is None:
-            pts = self.measured()
-            self._table = [self._estimate(pts, m) for m in range(self.n_max + 1)]
-        return self._table[min(max(n, 0), self.n_max)]
+        """v(n), computed once per measurement for each n asked (the decoder asks each step)."""
+        n = min(max(n, 0), self.n_max)
+        if n not in self._table:
+            self._table[n] = self._estimate(self.measured(), n)
+        return self._table[n]
 
     @staticmethod
     def _estimate(pts: list[tuple[int, float]], n: int) -> float:

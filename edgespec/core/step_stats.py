@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .controller import Plan, StepOutcome
+from .controller import LOOKUP, Plan, StepOutcome
 from .events import Stats
 
 
@@ -25,10 +25,15 @@ def account(stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float
     stats.n_generated += n_emit
     stats.n_drafted += o.k
     stats.n_accepted += o.n_accepted
-    if o.k:
-        by_source = stats.sources.setdefault(o.source, {"drafted": 0, "accepted": 0})
-        by_source["drafted"] += o.k
-        by_source["accepted"] += o.n_accepted
+    own = o.k - o.extended  # a model draft lookup finished: the rest is lookup's
+    for source, drafted, accepted in (
+        (o.source, own, min(o.n_accepted, own)),
+        (LOOKUP, o.extended, max(0, o.n_accepted - own)),
+    ):
+        if drafted:
+            by_source = stats.sources.setdefault(source, {"drafted": 0, "accepted": 0})
+            by_source["drafted"] += drafted
+            by_source["accepted"] += accepted
     stats.draft_s += o.draft_s
     stats.verify_s += o.verify_s
     grow = o.k - len(stats.drafted_per_position)

@@ -1,0 +1,41 @@
+"""What a controller tells the decoder before a step (Plan) and hears back after it (StepOutcome)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODEL, LOOKUP = "model", "lookup"  # the draft sources
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the next step does: draft up to `k` tokens (0: a plain step) from `source`, stop
+    drafting after a token whose confidence is below `stop_below` (model drafts), and measure
+    that confidence when `want_sure`."""
+
+    k: int
+    stop_below: float = 0.0
+    want_sure: bool = False
+    est_speedup: float | None = None  # expected speed vs plain decoding, from measured costs
+    source: str = MODEL
+    score: bool = False  # a plain step that first feeds the draft what it missed and scores it (scores)
+    extend: bool = False  # while drafting, ask `extension` whether prompt lookup should finish the draft
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    k: int  # draft tokens proposed this step (may be < the K asked for: drafting can stop early)
+    n_accepted: int
+    draft_s: float
+    verify_s: float
+    step_s: float
+    sure: tuple[float, ...] = ()  # the draft's confidence in each drafted token (see Decoder._draft)
+    source: str = MODEL  # where the drafts came from
+    match: int = 0  # the length of the lookup proposal's matched n-gram (0: no proposal)
+    shadow: tuple[int, int] = (0, 0)  # a proposal this step did not verify: (tokens scored, leading ones committed)
+    catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
+    catch_up_n: int = 0  # how many tokens that was
+    scores: tuple[float, ...] = ()  # per caught-up token: the probability a model draft of it was accepted
+    bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted
+    extended: int = 0  # of the k drafts, the last ones copied by prompt lookup after the model's (Plan.extend)
+    extended_match: int = 0  # the matched n-gram length those followed

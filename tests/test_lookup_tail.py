@@ -1,0 +1,197 @@
+"""Prompt lookup finishing a model draft (Plan.extend, Decoder._lookup_tail): the output law,
+greedy identity, the bookkeeping of both sources, and the controller's choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as sps
+
+import edgespec.core.decoder as decoder_mod
+from edgespec import Engine
+from edgespec.core.controller import LOOKUP, MODEL, AdaptiveK, FixedK, Plan, StepOutcome
+from edgespec.core.decoder import Decoder
+from edgespec.core.lookup import Proposal
+from edgespec.core.penalties import Penalties
+from edgespec.core.sampling import SamplingParams, to_dist
+from tests.fakes import FakeModel, decode
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [1, 5, 9, 13, 21, 30, 44, 5, 9, 13, 21, 30, 44, 5, 9, 13]
+
+
+class Extending(FixedK):
+    """K model draft tokens; after `after` of them, lookup's whole proposal when it has one."""
+
+    def __init__(self, k: int, after: int = 1) -> None:
+        super().__init__(k)
+        self.after = after
+        self.outcomes: list[StepOutcome] = []
+        self.asked: list[int] = []
+
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
+        return Plan(self.k, extend=True)
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        self.asked.append(drafted)
+        return len(proposal.tokens) if drafted >= self.after else 0
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def run(dec: Decoder, ctrl, params=GREEDY, n: int = 80, seed: int = 0, prompt=PROMPT):
+    out, steps = [], []
+    for step in decode(dec, prompt, params, ctrl, max_tokens=n, rng=np.random.default_rng(seed)):
+        out += step.tokens
+        steps.append(step)
+        if dec.index is not None:
+            assert len(dec.index) == len(dec.committed), "the index covers the committed tokens only"
+    return out, steps
+
+
+def hybrid(noise: float = 1.0) -> Decoder:
+    return Decoder(FakeModel(sharp=6.0), FakeModel(sharp=6.0, noise=noise), lookup=True)
+
+
+@pytest.mark.parametrize("k,after", [(4, 1), (8, 2), (8, 7)])
+def test_greedy_output_equals_plain_decoding(k: int, after: int) -> None:
+    plain, _ = run(Decoder(FakeModel(sharp=6.0)), FixedK(0), n=150)
+    ctrl = Extending(k, after)
+    spec, _ = run(hybrid(), ctrl, n=150)
+    assert spec == plain
+    assert any(o.extended for o in ctrl.outcomes), "lookup never finished a draft: the test tests nothing"
+
+
+def test_each_source_is_counted_and_shown_apart() -> None:
+    ctrl = Extending(6, after=2)
+    _, steps = run(hybrid(), ctrl, n=150)
+    extended = [o for o in ctrl.outcomes if o.extended]
+    assert extended and all(o.source == MODEL and o.k > o.extended for o in extended)
+    stats = steps[-1].stats
+    own = sum(o.k - o.extended for o in ctrl.outcomes)
+    assert stats.sources[MODEL]["drafted"] == own
+    assert stats.sources[LOOKUP]["drafted"] == sum(o.extended for o in ctrl.outcomes)
+    assert stats.sources[MODEL]["accepted"] + stats.sources[LOOKUP]["accepted"] == stats.n_accepted
+    shown = [s for step in steps if step.lookup_from is not None for s in step.sources()]
+    assert "lookup" in shown and "draft" in shown  # one step, tokens of both sources
+
+
+def test_no_extension_under_penalties_or_when_lookup_is_off() -> None:
+    pen = SamplingParams(temperature=0.0, penalties=Penalties(presence=1.5))
+    ctrl = Extending(6)
+    run(hybrid(), ctrl, params=pen)
+    assert not ctrl.asked
+    ctrl = Extending(6)
+    run(Decoder(FakeModel(sharp=6.0), FakeModel(sharp=6.0, noise=1.0)), ctrl)
+    assert not ctrl.asked
+
+
+def test_the_extension_respects_max_tokens() -> None:
+    ctrl = Extending(8, after=1)
+    out, _ = run(hybrid(), ctrl, n=37)
+    assert len(out) <= 37
+    assert all(o.k <= 36 for o in ctrl.outcomes)
+
+
+# -- the sampled law -----------------------------------------------------------------------------
+N_VOCAB, N = 6, 6000
+FULL = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+LOOP = [1, 3, 4, 5, 3, 4, 5, 3, 4]
+
+
+def _target_joint(target: FakeModel) -> np.ndarray:
+    def dist(ctx: list[int]) -> np.ndarray:
+        return to_dist(target._row(ctx).copy(), FULL).dense(N_VOCAB)
+
+    p1 = dist(LOOP)
+    joint = np.zeros((N_VOCAB, N_VOCAB))
+    for t1 in np.flatnonzero(p1):
+        joint[t1] = p1[t1] * dist([*LOOP, int(t1)])
+    return joint
+
+
+def _pairs(seed: int) -> tuple[np.ndarray, int]:
+    """The first two tokens of N generations whose model draft lookup may finish after its
+    first token (max_tokens 3: room for one model token and one looked-up token)."""
+    counts = np.zeros((N_VOCAB, N_VOCAB))
+    target = FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0)
+    dec = Decoder(target, FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0, noise=0.8), lookup=True)
+    rng = np.random.default_rng(seed)
+    ctrl = Extending(2, after=1)
+    for _ in range(N):
+        out = [t for s in decode(dec, LOOP, FULL, ctrl, max_tokens=3, rng=rng) for t in s.tokens]
+        counts[out[0], out[1]] += 1
+    return counts, sum(1 for o in ctrl.outcomes if o.extended)
+
+
+def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
+    expected = joint * counts.sum()
+    assert counts[expected == 0].sum() == 0
+    big = expected >= 5
+    return float(sps.chisquare(np.append(counts[big], counts[~big].sum()),
+                               np.append(expected[big], expected[~big].sum())).pvalue)  # fmt: skip
+
+
+def test_sampled_output_follows_the_target() -> None:
+    counts, extended = _pairs(seed=5)
+    assert extended > N // 10, "lookup rarely finished a draft: the test would test little"
+    assert _pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) > 1e-3
+
+
+def test_negative_control_looked_up_tokens_verified_against_the_models_q(monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrong_tail(self, tail, drafts, qs):
+        # WRONG on purpose: the looked-up tokens were not drawn from the model's q, yet verified
+        # against it (as if the model had drafted them)
+        proposal = tail.lookup.propose_after(drafts, min(tail.cap - len(drafts), 16))
+        n = tail.controller.extension(proposal, len(drafts)) if proposal.tokens else 0
+        drafts.extend(proposal.tokens[:n])
+        qs.extend([qs[-1]] * n)
+        return n, proposal.n
+
+    monkeypatch.setattr(decoder_mod.Decoder, "_lookup_tail", wrong_tail)
+    counts, _ = _pairs(seed=5)
+    assert _pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) < 1e-6
+
+
+# -- the controller ------------------------------------------------------------------------------
+def _warm(ctrl: AdaptiveK, lookup_accepts: bool) -> None:
+    """Costs of a CPU-like machine (a draft token 40% of a plain step), a model that drafts
+    well, and lookup's record after 4-gram copies that held (or never did)."""
+    for i in range(200):
+        k = (0, 2, 4, 6)[i % 4]
+        ctrl.plan(0, None)
+        ctrl.observe(StepOutcome(k, k, draft_s=0.004 * k, verify_s=0.01 + 0.002 * k, step_s=0.01 + 0.006 * k))
+        ctrl.lookup.record(4, 8, 8 if lookup_accepts else 0)
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_lookup_finishes_a_draft_only_where_its_copies_hold(holds: bool) -> None:
+    ctrl = AdaptiveK()
+    _warm(ctrl, holds)
+    proposal = Proposal(tokens=tuple(range(3, 19)), n=4, source=10, seen=1, agree=1)
+    taken = ctrl.extension(proposal, drafted=1)
+    assert (taken > 0) == holds
+    if holds:
+        assert taken >= 4  # free tokens that hold: as many as pay
+
+
+def test_an_extended_step_teaches_each_source_its_own_part() -> None:
+    ctrl = AdaptiveK()
+    _warm(ctrl, True)
+    before = [list(r.samples) for r in ctrl.times.by_k]
+    tried = sum(ctrl.lookup._tried[ctrl.lookup._row(3)])
+    # 2 model tokens, then 5 looked-up ones after a 3-gram match; all 2 + 3 accepted
+    ctrl.observe(StepOutcome(7, 5, 0.008, 0.03, 0.04, extended=5, extended_match=3))
+    assert [list(r.samples) for r in ctrl.times.by_k] == before, "no K's cost: it was no K's step"
+    assert sum(ctrl.lookup._tried[ctrl.lookup._row(3)]) > tried
+
+
+def test_the_engine_reports_lookup_tokens_of_a_model_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    eng = Engine(FakeModel(sharp=6.0), FakeModel(sharp=6.0, noise=1.0), name="fake")  # type: ignore[arg-type]
+    monkeypatch.setattr("edgespec.api.engine.AdaptiveK", lambda **kw: Extending(6, after=2))
+    sources = set()
+    for event in eng.stream("t5 t9 t13 t21 t30 t44 t5 t9 t13 t21", temperature=0, max_tokens=120):
+        sources |= {s.source for s in event.segments}
+        assert "".join(s.text for s in event.segments) == event.text
+    assert {"draft", "lookup"} <= sources
