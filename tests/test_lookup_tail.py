@@ -3,6 +3,8 @@ greedy identity, the bookkeeping of both sources, and the controller's choice.""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 import scipy.stats as sps
@@ -195,3 +197,27 @@ def test_the_engine_reports_lookup_tokens_of_a_model_step(monkeypatch: pytest.Mo
         sources |= {s.source for s in event.segments}
         assert "".join(s.text for s in event.segments) == event.text
     assert {"draft", "lookup"} <= sources
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("prompt", ["revise", "extract"])
+def test_real_pair_greedy_output_is_plain_decodings_with_lookup_finishing_drafts(
+    demo_engine, monkeypatch: pytest.MonkeyPatch, prompt: str
+) -> None:
+    from edgespec.frontends.bench.copying import PROMPTS as COPY_PROMPTS
+    from tests.test_real_models import top_two_gap
+
+    messages = COPY_PROMPTS[prompt]
+    plain = demo_engine.generate(messages, temperature=0, max_tokens=96, speculative=False)
+    ctrl = Extending(6, after=1)  # lookup finishes every model draft it can
+    monkeypatch.setattr("edgespec.api.engine.AdaptiveK", lambda **kw: ctrl)
+    monkeypatch.setattr(demo_engine, "_adaptive", OrderedDict())  # no controller kept from earlier tests
+    demo_engine.reset()
+    spec = demo_engine.generate(messages, temperature=0, max_tokens=96)
+    assert any(o.extended for o in ctrl.outcomes) and spec.stats.sources[LOOKUP]["accepted"] > 0
+    if spec.tokens != plain.tokens:  # batched and one-token matmuls round differently: only at a near tie
+        i = next(j for j, (a, b) in enumerate(zip(spec.tokens, plain.tokens)) if a != b)
+        prefix = demo_engine.tokenize(messages) + plain.tokens[:i]
+        from tests.conftest import demo_paths
+
+        assert top_two_gap(str(demo_paths()[0]), prefix) < 0.05, f"diverged at token {i}"
