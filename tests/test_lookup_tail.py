@@ -7,7 +7,6 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-import scipy.stats as sps
 
 import edgespec.core.decoder as decoder_mod
 from edgespec import Engine
@@ -15,8 +14,9 @@ from edgespec.core.controller import LOOKUP, MODEL, AdaptiveK, FixedK, Plan, Ste
 from edgespec.core.decoder import Decoder
 from edgespec.core.lookup import Proposal
 from edgespec.core.penalties import Penalties
-from edgespec.core.sampling import SamplingParams, to_dist
+from edgespec.core.sampling import SamplingParams
 from tests.fakes import FakeModel, decode
+from tests.test_lookup_decoding import FULL, LOOP, N_VOCAB, N, _pvalue, _target_joint
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [1, 5, 9, 13, 21, 30, 44, 5, 9, 13, 21, 30, 44, 5, 9, 13]
@@ -97,20 +97,7 @@ def test_the_extension_respects_max_tokens() -> None:
 
 
 # -- the sampled law -----------------------------------------------------------------------------
-N_VOCAB, N = 6, 6000
-FULL = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-LOOP = [1, 3, 4, 5, 3, 4, 5, 3, 4]
-
-
-def _target_joint(target: FakeModel) -> np.ndarray:
-    def dist(ctx: list[int]) -> np.ndarray:
-        return to_dist(target._row(ctx).copy(), FULL).dense(N_VOCAB)
-
-    p1 = dist(LOOP)
-    joint = np.zeros((N_VOCAB, N_VOCAB))
-    for t1 in np.flatnonzero(p1):
-        joint[t1] = p1[t1] * dist([*LOOP, int(t1)])
-    return joint
+# the same loop and target law as tests/test_lookup_decoding.py's lookup steps
 
 
 def _pairs(seed: int) -> tuple[np.ndarray, int]:
@@ -125,14 +112,6 @@ def _pairs(seed: int) -> tuple[np.ndarray, int]:
         out = [t for s in decode(dec, LOOP, FULL, ctrl, max_tokens=3, rng=rng) for t in s.tokens]
         counts[out[0], out[1]] += 1
     return counts, sum(1 for o in ctrl.outcomes if o.extended)
-
-
-def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
-    expected = joint * counts.sum()
-    assert counts[expected == 0].sum() == 0
-    big = expected >= 5
-    return float(sps.chisquare(np.append(counts[big], counts[~big].sum()),
-                               np.append(expected[big], expected[~big].sum())).pvalue)  # fmt: skip
 
 
 def test_sampled_output_follows_the_target() -> None:
