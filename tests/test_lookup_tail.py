@@ -11,8 +11,8 @@ import pytest
 import edgespec.core.decoder as decoder_mod
 from edgespec import Engine
 from edgespec.core.controller import LOOKUP, MODEL, AdaptiveK, FixedK, Plan, StepOutcome
-from edgespec.core.decoder import Decoder
-from edgespec.core.lookup import Proposal
+from edgespec.core.decoder import Decoder, Tail
+from edgespec.core.lookup import LookupIndex, Proposal
 from edgespec.core.penalties import Penalties
 from edgespec.core.sampling import SamplingParams
 from tests.fakes import FakeModel, decode
@@ -49,6 +49,8 @@ def run(dec: Decoder, ctrl, params=GREEDY, n: int = 80, seed: int = 0, prompt=PR
         steps.append(step)
         if dec.index is not None:
             assert len(dec.index) == len(dec.committed), "the index covers the committed tokens only"
+        if dec.draft is not None:
+            assert dec.draft.tokens == dec.committed[: len(dec.draft.tokens)], "the draft holds a prefix"
     return out, steps
 
 
@@ -96,6 +98,40 @@ def test_the_extension_respects_max_tokens() -> None:
     assert all(o.k <= 36 for o in ctrl.outcomes)
 
 
+def test_a_looked_up_copy_stops_at_its_end_of_generation_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    context = [1, 7, 8, 9, 2, 7, 8]  # "7 8" was followed by "9", then the end of a generation
+    dec = Decoder(FakeModel())
+    index = LookupIndex()
+    index.sync(context, known_prefix=0)
+    drafts, qs = [], []
+    assert dec._lookup_tail(Tail(index, 16, Extending(8, after=0)), drafts, qs) == (2, 2)
+    assert drafts == [9, 2] and [q.ids.tolist() for q in qs] == [[9], [2]]  # nothing after the end
+    # a lookup step stops there too
+    verified: list[list[int]] = []
+    real = decoder_mod.verify
+
+    def watch(draft, q, p, rng):
+        verified.append(list(draft))
+        return real(draft, q, p, rng)
+
+    monkeypatch.setattr(decoder_mod, "verify", watch)
+    run(Decoder(FakeModel(), lookup=True), FixedK(8, model=False), n=4, prompt=context)
+    assert verified[0] == [9, 2]
+
+
+def test_only_the_models_best_k_plans_let_lookup_finish_them() -> None:
+    proposal = Proposal(tokens=(3, 4, 5), n=4, source=10, seen=1, agree=1)
+    fresh = AdaptiveK()
+    assert not fresh.plan(0, proposal).extend  # warming up: the costs of each K are measured
+    ctrl = AdaptiveK()
+    _warm(ctrl, False)  # lookup alone does not pay: the model's plans stand
+    plans = [ctrl.plan(0, proposal) for _ in range(16)]
+    best = ctrl.best_k()
+    assert any(p.extend for p in plans) and all(p.k == best for p in plans if p.extend)
+    assert not any(p.extend for p in plans if p.k != best)  # probes measure a K as it is
+    assert not ctrl.plan(0, None).extend  # lookup off
+
+
 # -- the sampled law -----------------------------------------------------------------------------
 # the same loop and target law as tests/test_lookup_decoding.py's lookup steps
 
@@ -124,7 +160,7 @@ def test_negative_control_looked_up_tokens_verified_against_the_models_q(monkeyp
     def wrong_tail(self, tail, drafts, qs):
         # WRONG on purpose: the looked-up tokens were not drawn from the model's q, yet verified
         # against it (as if the model had drafted them)
-        proposal = tail.lookup.propose_after(drafts, min(tail.cap - len(drafts), 16))
+        proposal = tail.lookup.propose(min(tail.cap - len(drafts), 16))
         n = tail.controller.extension(proposal, len(drafts)) if proposal.tokens else 0
         drafts.extend(proposal.tokens[:n])
         qs.extend([qs[-1]] * n)

@@ -237,7 +237,7 @@ class AdaptiveK:
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
         # a probe (any K but the best) drafts all its tokens: it is there to measure that K
         stop_below = self.stop_threshold(k) if k == best and not warming else 0.0
-        extend = proposal is not None and k == best > 0 and not warming  # a probe measures K: no lookup in it
+        extend = proposal is not None and k == best > 0 and not (warming or self._plain)  # probes measure a K
         plan = Plan(k, max(stop_below, self.p_min), True, self.estimated_speedup(best), extend=extend)
         if self._score:
             self._score = False

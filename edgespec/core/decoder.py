@@ -90,9 +90,7 @@ class Step:
         return [("lookup" if i >= split else own) if f else "target" for i, f in enumerate(self.from_draft)]
 
 
-class Tail(NamedTuple):
-    """What a model draft needs to let prompt lookup finish it (Decoder._lookup_tail)."""
-
+class Tail(NamedTuple):  # what a model draft needs to let prompt lookup finish it (_lookup_tail)
     lookup: LookupIndex
     cap: int  # the most draft tokens the step may verify (context and max_tokens)
     controller: Controller
@@ -188,7 +186,7 @@ class Decoder:
             extended = extended_match = 0
             if from_lookup and k:
                 assert proposal is not None
-                drafts = list(proposal.tokens[:k])
+                drafts = self._upto_end(proposal.tokens[:k])
                 if hist is not None:
                     drafts = drafts[: hist.valid_prefix(drafts)]  # never propose what the grammar forbids
                 qs = [Dist.one_hot(x) for x in drafts]  # a deterministic proposal: q is one-hot
@@ -223,7 +221,7 @@ class Decoder:
                 hist.truncate(n_before)
                 hist.extend(new)
             committed.extend(new)
-            self._all_accepted = bool(drafts) and not from_lookup and a == len(drafts)
+            self._all_accepted = bool(drafts) and not from_lookup and not extended and a == len(drafts)
             if index is not None:
                 index.append(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
@@ -304,9 +302,8 @@ class Decoder:
         hist: Constraints | None,
         tail: Tail | None = None,
     ) -> Drafted:
-        """Up to k draft tokens, the draft's confidence in each when the plan wants it, and
-        the score of the last step's bonus token (see below) when there is one. With a
-        `tail`, prompt lookup may end the draft with its own tokens (`_lookup_tail`).
+        """Up to k draft tokens, the draft's confidence in each when the plan wants it, the
+        score of the last step's bonus token (see below); with a `tail`, lookup may end it.
 
         Drafting stops after a token the draft is less sure of than `plan.stop_below` (that
         token is still verified). The rule looks only at the draft's side, never at the
@@ -330,45 +327,59 @@ class Decoder:
         qs: list[Dist] = []
         sures: list[float] = []
         base = hist.n if hist is not None else 0
-        for i in range(k):
+        pushed = 0  # drafts pushed onto the lookup index (tail), taken back before returning
+        try:
+            for i in range(k):
+                if hist is not None:
+                    row = hist.apply(row)
+                q = to_dist(row, params)
+                x = q.sample(rng)
+                drafts.append(x)
+                qs.append(q)
+                if hist is not None:
+                    hist.push(x)
+                if plan.want_sure:
+                    sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
+                end = self.target.model.is_eog(x)
+                if tail is not None and i + 1 < k and not end:
+                    tail.lookup.append([x])
+                    pushed += 1
+                    extended, match = self._lookup_tail(tail, drafts, qs)
+                    if extended:
+                        return Drafted(drafts, qs, sures, bonus, extended, match)
+                if plan.want_sure and sures[-1] < plan.stop_below:
+                    break
+                if i + 1 < k and not end:  # nothing is verified past the end
+                    row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
+                else:
+                    break
+        finally:
+            if tail is not None and pushed:
+                tail.lookup.truncate(len(tail.lookup) - pushed)
             if hist is not None:
-                row = hist.apply(row)
-            q = to_dist(row, params)
-            x = q.sample(rng)
-            drafts.append(x)
-            qs.append(q)
-            if hist is not None:
-                hist.push(x)
-            if plan.want_sure:
-                sures.append(confidence(row, q, params) if params.greedy else q.prob(x))
-            if tail is not None and not self.target.model.is_eog(x):
-                extended, match = self._lookup_tail(tail, drafts, qs)
-                if extended:
-                    return Drafted(drafts, qs, sures, bonus, extended, match)
-            if plan.want_sure and sures[-1] < plan.stop_below:
-                break
-            if i + 1 < k and not self.target.model.is_eog(x):  # nothing is verified past the end
-                row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
-            else:
-                break
-        if hist is not None:
-            hist.truncate(base)
+                hist.truncate(base)
         return Drafted(drafts, qs, sures, bonus)
 
     def _lookup_tail(self, tail: Tail, drafts: list[int], qs: list[Dist]) -> tuple[int, int]:
-        """Append what prompt lookup proposes after the model's drafts so far, when the
-        controller finds it worth it (Controller.extension): (tokens appended, the matched
-        n-gram's length). A looked-up token is a deterministic function of the tokens
-        before it, so its q is one-hot, as in a lookup step: lossless at any temperature."""
+        """Append lookup's proposal after the model's drafts (pushed onto the index) when the
+        controller finds it worth it: (tokens appended, the n-gram length matched). Its q is
+        one-hot, as in a lookup step (a function of the tokens before it): lossless."""
         room = min(tail.cap - len(drafts), L_MAX)
         if room <= 0:
             return 0, 0
-        proposal = tail.lookup.propose_after(drafts, room)
+        proposal = tail.lookup.propose(room)
         n = tail.controller.extension(proposal, len(drafts)) if proposal.tokens else 0
-        copied = proposal.tokens[:n]
+        copied = self._upto_end(proposal.tokens[:n])
         drafts.extend(copied)
         qs.extend(Dist.one_hot(x) for x in copied)
         return len(copied), proposal.n
+
+    def _upto_end(self, tokens: Sequence[int]) -> list[int]:
+        """A looked-up copy up to its first end-of-generation token (nothing after it is kept)."""
+        for i, x in enumerate(tokens):
+            if self.target.model.is_eog(x):
+                return list(tokens[: i + 1])
+        return list(tokens)
 
     def _final(self, stats: Stats, reason: str) -> Step:
         return Step((), (), snapshot(stats), reason)

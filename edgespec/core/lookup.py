@@ -246,18 +246,6 @@ class LookupIndex:
                 return Proposal(tokens, n, e, seen, agree)
         return NO_PROPOSAL
 
-    def propose_after(self, extra: Sequence[int], k: int) -> Proposal:
-        """What `propose(k)` would say with `extra` appended (draft tokens not yet verified);
-        the index covers what it covered before. (Should appending evict old tokens from
-        the window, they stay forgotten: the index may only ever know less, never wrong.)"""
-        if not extra:
-            return self.propose(k)
-        self.append(extra)
-        try:
-            return self.propose(k)
-        finally:
-            self.truncate(len(self) - len(extra))
-
     def _copy(self, source: int, k: int) -> tuple[int, ...]:
         """k tokens from `source` on, the copy continuing into its own output past the end."""
         out = self._toks[source - self._base : source - self._base + k]
