@@ -267,10 +267,8 @@ class AdaptiveK:
         if best <= 0 or drafted >= best:
             return 0
         alpha, curve, verify = self.alpha(), self.step_costs(), self.times.verify.cost
-        sure, reach = 1.0, 1.0  # tokens expected from the drafts so far; the chance all are accepted
-        for a in alpha[:drafted]:
-            reach *= a
-            sure += reach
+        sure = self.expected_tokens(drafted, alpha)  # tokens expected from the drafts so far
+        reach = math.prod(alpha[:drafted])  # the chance they are all accepted
         model = self.speed(best)  # the model drafts on: its plan's speed
         # or lookup copies j tokens: no draft time, a longer verify, and each copied token
         # accepted must still be fed to the draft before it drafts again

@@ -43,14 +43,18 @@ class VerifyTimes:
         self.n_max = n_max
         self._by_n = [Recent() for _ in range(n_max + 1)]
         self._table: dict[int, float] = {}  # cost(n) asked since the last add
+        self._pts: list[tuple[int, float]] | None = None  # measured() since the last add
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
             self._by_n[n].add(seconds)
             self._table.clear()
+            self._pts = None
 
     def measured(self) -> list[tuple[int, float]]:
-        return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
+        if self._pts is None:
+            self._pts = [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
+        return self._pts
 
     def cost(self, n: int) -> float:
         """v(n), computed once per measurement for each n asked (the decoder asks each step)."""
