@@ -29,7 +29,7 @@ from edgespec import EdgespecError, Engine
 
 from .copying import PROMPTS as COPYING_PROMPTS
 from .copying import lookup_cells
-from .simulate import MACHINES, PROFILES
+from .simulate import MACHINES, PROFILES, TEXTS
 
 PROMPTS = {
     "code": "Write a Python function that parses a CSV file and returns the average of each numeric column.",
@@ -69,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate", action="store_true", help="simulated machines instead of models (no llama.cpp)")
     p.add_argument("--machines", default=",".join(m.name for m in MACHINES), help="--simulate: machines, or seedN")
     p.add_argument("--profiles", default=",".join(PROFILES), help="--simulate: acceptance profiles")
+    p.add_argument("--texts", type=int, default=TEXTS, help="--simulate: texts per round (one is one draw of luck)")
     p.add_argument("--virtual-clock", action="store_true",
                    help="--simulate: time steps on the simulation's clock (decisions only, deterministic)")  # fmt: skip
     p.set_defaults(func=cmd_bench)

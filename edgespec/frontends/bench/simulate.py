@@ -94,6 +94,7 @@ PROFILES: dict[str, Profile] = {
     "steady-0.6": steady(0.6),
     "switch-96": switching(0.95, 0.25, 96),
 }
+TEXTS = 4  # texts per round of the bench: one text is one draw of where the draft disagrees
 
 
 def _unit(*xs: int) -> float:
