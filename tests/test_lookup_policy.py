@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.core.controller import LOOKUP, AdaptiveK, StepOutcome
+from edgespec.core.controller import LOOKUP, PROBE_EVERY, AdaptiveK, StepOutcome
 from edgespec.core.lookup import Proposal
 from edgespec.core.lookup_policy import L_MAX, LookupPolicy, VerifyTimes
 
@@ -155,3 +155,18 @@ def test_after_a_copy_run_a_poor_lookup_does_not_shut_the_model_out() -> None:
             ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), match=4, shadow=(1, 0)))
             lag += 1
     assert model_steps > 20
+
+
+def test_a_probe_of_a_neighbouring_k_waits_for_a_step_without_a_long_catch_up() -> None:
+    # in a copy run (lookup steps) the draft lags far behind; while feeding it does not pay, no
+    # model step is planned, not even the probe of a neighbouring K due every PROBE_EVERY steps
+    ctrl = _hybrid_measured(0.005)
+    lookup_step = StepOutcome(8, 8, 0.0, cpu_like(9), cpu_like(9), source=LOOKUP, match=4)
+    for _ in range(20):
+        ctrl.observe(lookup_step)  # the copy run so far: lookup's share of recent steps is high
+    ks = []
+    for _ in range(5 * PROBE_EVERY):  # a whole cycle of probes: K + 1, K - 1, K + 1, plain
+        ctrl.observe(lookup_step)
+        ks.append(ctrl.plan(200, None).k)  # this step lookup has nothing to offer
+    assert ks == [0] * len(ks)
+    assert ctrl.plan(0, None).k > 0  # with the draft caught up, the model drafts

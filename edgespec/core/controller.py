@@ -245,8 +245,10 @@ class AdaptiveK:
             self._asked = True
         if warming or best < 0:
             return plan  # the model's costs are being measured
-        if k == best > 0 and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
-            plan = Plan(0)  # not worth feeding the draft what it missed: lookup will soon take over again
+        if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
+            # not worth feeding the draft what it missed: lookup will soon take over again (a
+            # probe of a neighbouring K too: measuring a cost can wait for a step without a catch-up)
+            plan = Plan(0)
         # lookup must beat plain too: the charged model speed falls as the lag grows, and
         # against it alone a poor lookup would win forever and the draft never be fed again
         alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed())
