@@ -20,8 +20,17 @@ from edgespec import Engine
 from edgespec.core.controller import FixedK
 from edgespec.core.decoder import Decoder
 from edgespec.core.sampling import SamplingParams
-from edgespec.frontends.bench.sim_bench import PROMPT, prompts, speeds, summary
-from edgespec.frontends.bench.simulate import MACHINES, PROFILES, Curve, VirtualClock, pair, random_machine, steady
+from edgespec.frontends.bench.sim_bench import MAX_TEXTS, PROMPT, prompts, speeds, summary
+from edgespec.frontends.bench.simulate import (
+    MACHINES,
+    PROFILES,
+    VOCAB,
+    Curve,
+    VirtualClock,
+    pair,
+    random_machine,
+    steady,
+)
 from tests.fakes import decode
 
 HELD_OUT = (1001, 1002, 1003, 1004)
@@ -148,3 +157,6 @@ def test_the_bench_measures_each_machine_on_several_texts() -> None:
     engine = Engine(*pair(MACHINES[0], steady(0.9)), lookup=False)
     outs = [tuple(engine.generate(p, temperature=0.0, max_tokens=24, k=0).tokens) for p in prompts(3)]
     assert len(set(outs)) == 3 and prompts(1) == [PROMPT]
+    assert max(t for p in prompts(MAX_TEXTS) for t in p) < VOCAB  # every prompt is in the vocabulary
+    with pytest.raises(ValueError):
+        prompts(MAX_TEXTS + 1)

@@ -25,14 +25,17 @@ from collections.abc import Sequence
 import edgespec.core.decoder as decoder_mod
 from edgespec import Engine
 
-from .simulate import MACHINES, PROFILES, TEXTS, Machine, Profile, VirtualClock, pair, random_machine
+from .simulate import MACHINES, PROFILES, TEXTS, VOCAB, Machine, Profile, VirtualClock, pair, random_machine
 
 PROMPT = [1, *range(10, 26)]
+MAX_TEXTS = VOCAB - 1 - PROMPT[-1]  # each text's prompt ends in another token id of the vocabulary
 
 
 def prompts(texts: int) -> list[list[int]]:
     """`texts` prompts whose continuations differ (the simulated text hashes the previous
     token): PROMPT, then PROMPT with its last token changed."""
+    if not 1 <= texts <= MAX_TEXTS:
+        raise ValueError(f"texts must be 1..{MAX_TEXTS}")
     return [PROMPT[:-1] + [PROMPT[-1] + i] for i in range(texts)]
 
 
@@ -117,6 +120,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace, clock: VirtualClock | None) -> int:
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(17))
+    if not 1 <= args.texts <= MAX_TEXTS:
+        raise SystemExit(f"--texts must be 1..{MAX_TEXTS}")
     results = []
     for m in machines(args.machines):
         for prof in (x for x in args.profiles.split(",") if x):
