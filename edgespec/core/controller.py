@@ -369,11 +369,11 @@ class AdaptiveK:
         elif self._asked:
             self._unscored, self._recover_at = True, self.steps + 1  # not scored (constraints): probe next
         self._asked = False
-        n_model = o.k - o.extended  # a draft lookup finished: its own part to each source's record
-        if o.extended and o.n_accepted >= n_model:
-            self.lookup.record(o.extended_match, o.extended, o.n_accepted - n_model)
-        if n_model > 0:
-            self.acc.observe(n_model, min(o.n_accepted, n_model), o.sure[:n_model])
+        own, own_accepted, copied, copied_accepted = o.split()  # a draft lookup finished: each part to its source
+        if copied and own_accepted == own:
+            self.lookup.record(o.extended_match, copied, copied_accepted)
+        if own > 0:
+            self.acc.observe(own, own_accepted, o.sure[:own])
             if self._plain and o.n_accepted == o.k:
                 self._recover_at = self.steps + 1
         if o.catch_up_s > 0:

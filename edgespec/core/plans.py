@@ -39,3 +39,9 @@ class StepOutcome:
     bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted
     extended: int = 0  # of the k drafts, the last ones copied by prompt lookup after the model's (Plan.extend)
     extended_match: int = 0  # the matched n-gram length those followed
+
+    def split(self) -> tuple[int, int, int, int]:
+        """(own drafts, own accepted, copied, copied accepted): a draft lookup finished, per
+        source (the copy is tested only where every own draft was accepted)."""
+        own = self.k - self.extended
+        return own, min(self.n_accepted, own), self.extended, max(0, self.n_accepted - own)

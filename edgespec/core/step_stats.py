@@ -25,11 +25,8 @@ def account(stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float
     stats.n_generated += n_emit
     stats.n_drafted += o.k
     stats.n_accepted += o.n_accepted
-    own = o.k - o.extended  # a model draft lookup finished: the rest is lookup's
-    for source, drafted, accepted in (
-        (o.source, own, min(o.n_accepted, own)),
-        (LOOKUP, o.extended, max(0, o.n_accepted - own)),
-    ):
+    own, own_accepted, copied, copied_accepted = o.split()  # a draft lookup finished: the copy is lookup's
+    for source, drafted, accepted in ((o.source, own, own_accepted), (LOOKUP, copied, copied_accepted)):
         if drafted:
             by_source = stats.sources.setdefault(source, {"drafted": 0, "accepted": 0})
             by_source["drafted"] += drafted
