@@ -63,7 +63,8 @@ class ChildProcess:
         self._send_lock = threading.Lock()
         self._pending: dict[int, queue.Queue[tuple]] = {}
         self._deadlines: dict[int, float] = {}
-        threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe").start()
+        self._reader = threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe")
+        self._reader.start()
 
     @property
     def pid(self) -> int | None:
@@ -113,10 +114,15 @@ class ChildProcess:
             self.send(("close",))
         except EngineCrashed:
             pass
-        self.process.join(10)
-        if self.process.is_alive():
+        # the reader thread reaps the child (it waits on its sentinel); waiting here on the
+        # process too would race it: the loser's waitpid finds no child and reads it as alive
+        if threading.current_thread() is self._reader:  # closed from its own death notice
+            self.process.join(10)
+            return
+        self._reader.join(10)
+        if self._reader.is_alive():
             self.kill("closing")
-            self.process.join(5)
+            self._reader.join(5)
 
     # -- the reader thread -----------------------------------------------------------------
     def _read(self) -> None:
