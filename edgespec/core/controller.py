@@ -14,7 +14,7 @@ this machine (DESIGN.md, "The K controller"):
     speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
 
 It assumes nothing about the machine. The denominator is T(K), the whole-step time
-measured per K (`StepTimes.curve`: a low quantile per K, made non-decreasing, a line
+measured per K (`StepTimes.curve`: the median per K, made non-decreasing, a line
 between measured K, and past the largest measured K the last measured stretch's rise,
 at least the draft's own per-token cost: optimistic where the curve was flat, so the
 controller steps up to half as far again to measure it, `StepTimes.reach`). Any shape

@@ -4,7 +4,7 @@ No machine prior: the curve T(K) is whatever this machine measured, in any shape
 CPU's line, a GPU's flat-then-rising verify, a fixed cost for switching between the
 two models). `curve()` makes it usable everywhere in 0..k_max:
 
-  * measured K: a low quantile of the last few whole steps of that K, then smoothed to be
+  * measured K: the median of the last few whole steps of that K, then smoothed to be
     non-decreasing in K (more drafting never makes a step cheaper; a slow moment at
     one K is pooled with its neighbours rather than trusted);
   * between measured K: a straight line between the neighbours;
