@@ -115,7 +115,8 @@ class LlamaModel:
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         # No "extra" buffer types (weight repacking for AMX etc.): on CPUs that report AMX,
         # this llama.cpp's AMX matmul segfaults on batches of more than one token, and every
-        # verify batch is one. The native bench anchors run with the same setting (--no-repack).
+        # verify batch is one. The native bench anchors keep llama.cpp's default (repack on),
+        # which leaves F32 weights as they are: the demo target runs the same either way.
         mparams.use_extra_bufts = False
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
