@@ -34,11 +34,11 @@ evidence, for the price of the catch-up alone. The next one comes after enough p
 that the typical recent catch-up (`StepTimes.catch_up`, whatever it fed) would be
 PROBE_BUDGET of their time. That is the intent, not a bound: a catch-up feeds every token
 since the last, so where feeding the draft one token costs more than PROBE_BUDGET of a
-plain step the real share is higher (9-11% of the decode time in a trace of the Q2_K pair
-on a 2-core CPU, where a fed token costs 15% of a plain step). Sizing the gap by the
-catch-up it will feed keeps the share, but the checks then come too late on switching
-text (1.095x -> 1.066x the best fixed K, geometric mean over the simulated tuning
-machines). Where the decoder cannot score (penalties or a grammar: rows that depend on a
+plain step the real share is higher (on the Q2_K pair on a 2-core CPU, where a fed token
+costs 15% of a plain step: 4.9% of the time over twelve requests, 9-11% in a trace from
+before the cost tables were medians). Sizing the gap by the catch-up it will feed keeps
+the share, but the checks then come too late on switching text (1.095x -> 1.066x the best
+fixed K, geometric mean over the simulated tuning machines). Where the decoder cannot score (penalties or a grammar: rows that depend on a
 history it cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss
 (its step beyond the plain steps worth its expected tokens, plus the catch-up) costs the
 same share, and again at once after a probe whose drafts were all accepted. Leaving
