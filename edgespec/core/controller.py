@@ -38,11 +38,12 @@ plain step the real share is higher (on the Q2_K pair on a 2-core CPU, where a f
 costs 15% of a plain step: 4.9% of the time over twelve requests, 9-11% in a trace from
 before the cost tables were medians). Sizing the gap by the catch-up it will feed keeps
 the share, but the checks then come too late on switching text (1.095x -> 1.066x the best
-fixed K, geometric mean over the simulated tuning machines). Where the decoder cannot score (penalties or a grammar: rows that depend on a
-history it cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss
-(its step beyond the plain steps worth its expected tokens, plus the catch-up) costs the
-same share, and again at once after a probe whose drafts were all accepted. Leaving
-plain decoding needs a predicted gain of LEAVE_PLAIN.
+fixed K, geometric mean over the simulated tuning machines). Where the decoder cannot
+score (penalties or a grammar: rows that depend on a history it cannot replay) it probes
+K = 1 or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth
+its expected tokens, plus the catch-up) aims at the same share, and again at once after
+a probe whose drafts were all accepted. Leaving plain decoding needs a predicted gain of
+LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
