@@ -120,8 +120,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace, clock: VirtualClock | None) -> int:
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(17))
-    if not 1 <= args.texts <= MAX_TEXTS:
-        raise SystemExit(f"--texts must be 1..{MAX_TEXTS}")
+    try:
+        prompts(args.texts)  # its range check, before any machine runs
+    except ValueError as e:
+        raise SystemExit(f"--{e}") from None
     results = []
     for m in machines(args.machines):
         for prof in (x for x in args.profiles.split(",") if x):
