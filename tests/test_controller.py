@@ -273,6 +273,17 @@ def test_cost_curve_before_any_draft_step_is_the_plain_step() -> None:
     assert times.curve()[:2] == [0.025, 0.025]
 
 
+def test_the_fixed_cost_of_a_catch_up_is_the_intercept_of_its_sizes() -> None:
+    times = StepTimes()
+    times.scored.add(10, 0.004 + 10 * 0.0015)
+    assert times.catch_up_fixed() is None  # one size: fixed and per-token parts cannot be told apart
+    for n in (10, 20, 40):
+        times.scored.add(n, 0.004 + n * 0.0015)
+    assert times.catch_up_fixed() == pytest.approx(0.004)
+    times.add(2, 0.030, draft_s=0.010)  # a draft token costs 0.005 s: no catch-up costs less
+    assert times.catch_up_fixed() == pytest.approx(0.005)
+
+
 def test_a_small_k_max_is_never_exceeded() -> None:
     for k_max in (1, 2, 4):
         ctrl = AdaptiveK(k_max=k_max)

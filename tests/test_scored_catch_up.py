@@ -175,6 +175,48 @@ def test_plain_decoding_is_tested_by_scored_catch_ups_and_left_when_the_text_tur
     assert sum(p.k > 0 for p in turned[first:]) >= 0.9 * len(turned[first:])
 
 
+class Turning(Answering):
+    """Answering, on text that turns every `every` tokens between acceptance `easy` and `hard`,
+    where a catch-up costs `fixed` plus `per_token` for each token it feeds: more than
+    PROBE_BUDGET of a plain step (0.022 s) per token, so no spacing makes the checks cheap."""
+
+    def __init__(self, easy: float, hard: float, every: int, fixed: float = 0.004, per_token: float = 0.0015) -> None:
+        super().__init__(easy)
+        self.easy, self.hard, self.every = easy, hard, every
+        self.fixed, self.per_token = fixed, per_token
+        self.pos = 0
+
+    def step(self, plan: Plan) -> StepOutcome:
+        self.a = self.easy if (self.pos // self.every) % 2 == 0 else self.hard
+        o = super().step(plan)
+        self.pos += o.n_accepted + 1
+        cost = self.fixed + self.per_token * o.catch_up_n if o.catch_up_n else 0.0
+        return StepOutcome(o.k, o.n_accepted, o.draft_s, o.verify_s, o.step_s, catch_up_s=cost,
+                           catch_up_n=o.catch_up_n, scores=o.scores)  # fmt: skip
+
+
+def _score_gaps(plans: list[Plan]) -> list[int]:
+    """Plain steps between two scored catch-ups of one plain stretch."""
+    at = [i for i, p in enumerate(plans) if p.score]
+    return [b - a for a, b in zip(at, at[1:]) if not any(p.k for p in plans[a:b])]
+
+
+def test_after_returns_that_paid_checks_are_spaced_by_their_fixed_cost() -> None:
+    # Feeding the draft costs 6.8% of a plain step per token: charged the whole catch-up, the
+    # gap would grow with the catch-up it feeds, without end (10, 20, 40, ... steps late to see
+    # the text turn back). Once returns have paid, a check is charged what spacing saves, its
+    # fixed cost: 0.004 s / (3% of 0.022 s), a check every 7 plain steps.
+    ctrl = AdaptiveK()
+    m = Turning(0.95, 0.1, 150)
+    plans = drive(ctrl, m, 900)
+    gaps = _score_gaps(plans[300:])
+    assert len(gaps) >= 20 and sum(g <= 8 for g in gaps) >= 0.8 * len(gaps)  # charged whole: two gaps of 79
+    # the negative control: on text where drafting never pays, the checks back off as before
+    ctrl = AdaptiveK()
+    gaps = _score_gaps(drive(ctrl, Turning(0.1, 0.1, 150), 900))
+    assert gaps[-1] >= 20
+
+
 def test_without_scores_it_probes_instead() -> None:
     ctrl = AdaptiveK()
     plans = drive(ctrl, Answering(0.15, score=False), 400)

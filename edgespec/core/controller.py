@@ -30,19 +30,18 @@ When K = 0 wins it decodes plainly and, to notice when the text turns, now and t
 plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it
 missed and scores each with the probability a draft of it would have been accepted
 (StepOutcome.scores, Acceptance.observe_scores). Every token of the plain stretch is
-evidence, for the price of the catch-up alone. The next one comes after enough plain steps
-that the typical recent catch-up (`StepTimes.catch_up`, whatever it fed) would be
-PROBE_BUDGET of their time. That is the intent, not a bound: a catch-up feeds every token
-since the last, so where feeding the draft one token costs more than PROBE_BUDGET of a
-plain step the real share is higher (on the Q2_K pair on a 2-core CPU, where a fed token
-costs 15% of a plain step: 4.9% of the time over twelve requests, 9-11% in a trace from
-before the cost tables were medians). Sizing the gap by the catch-up it will feed keeps
-the share, but the checks then come too late on switching text (1.095x -> 1.066x the best
-fixed K, geometric mean over the simulated tuning machines). Where the decoder cannot
-score (penalties or a grammar: rows that depend on a history it cannot replay) it probes
-K = 1 or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth
-its expected tokens, plus the catch-up) aims at the same share, and again at once after
-a probe whose drafts were all accepted. Leaving plain decoding needs a predicted gain of
+evidence, for the price of the catch-up alone. The next one comes after enough plain
+steps that the typical recent catch-up (`StepTimes.catch_up`) would be PROBE_BUDGET of
+their time (an aim: a catch-up feeds every token since the last). Charged whole, the gap
+grows with the catch-up it feeds wherever a fed token costs more than PROBE_BUDGET of a
+plain step: right where drafting never comes back, late where it does. So once a return
+has paid (its drafting stretch saved more than a catch-up costs), a check is charged its
+fixed part alone (`StepTimes.catch_up_fixed`): the tokens it feeds are fed at the return
+anyway (README, "The K controller": figures, and what was tried instead). Without scores
+(penalties or a grammar: rows that depend on a history it cannot replay) it probes K = 1
+or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth its
+expected tokens, plus the catch-up) aims at the same share, and again at once after a
+probe whose drafts were all accepted. Leaving plain decoding needs a predicted gain of
 LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
@@ -148,6 +147,8 @@ class AdaptiveK:
         self._score = False  # the next plain step catches the draft up and scores what it missed
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
+        self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
+        self._paid = False  # the last such stretch saved more than a scored catch-up costs
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
@@ -228,12 +229,11 @@ class AdaptiveK:
 
     # -- the protocol ------------------------------------------------------------------------
     def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
-        """The next step's plan. `lag`: tokens the draft would have to catch up first. What
-        catching up costs is measured (StepOutcome.catch_up_s) and counted in a recovery
-        probe's cost. A lookup `proposal` is taken instead of the model's plan when its
-        expected speed is higher than the model's with the catch-up of `lag` tokens paid
-        and higher than plain decoding's (a copy run costs no draft time; once lookup no
-        longer beats plain, the lag stops counting against the model and it comes back)."""
+        """The next step's plan. `lag`: tokens the draft would have to catch up first (its
+        measured cost counts in a recovery probe's). A lookup `proposal` is taken instead
+        when its expected speed beats the model's with the catch-up of `lag` tokens paid,
+        and plain decoding's (a copy costs no draft time; once lookup no longer beats
+        plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
         if not self.model:
             return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
@@ -314,9 +314,12 @@ class AdaptiveK:
 
     def _score_gap(self) -> int:
         """Plain steps until the next scored catch-up: enough that the typical recent catch-up
-        would be PROBE_BUDGET of their time (an aim, not a bound: see the module docstring)."""
-        t0 = self.step_costs()[0]
-        loss = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
+        would be PROBE_BUDGET of their time (an aim, not a bound: see the module docstring).
+        Once a return to drafting has paid, only the part of a catch-up that spacing saves is
+        charged, its fixed cost: the tokens it feeds are fed at the return anyway."""
+        t0, fixed = self.step_costs()[0], self.times.catch_up_fixed() if self._paid else None
+        whole = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
+        loss = whole if fixed is None else fixed
         return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
 
     def _probe_gap(self, k: int) -> int:
@@ -333,6 +336,8 @@ class AdaptiveK:
         if best <= 0:
             probe = min(self.k_max, 1 + self._probes % 2)
             if not self._plain:
+                n, t = self._stretch  # did it save more than one check costs (one lucky step rarely does)
+                self._paid, self._stretch = n * self.step_costs()[0] - t > self.times.catch_up.value, (0, 0.0)
                 self._plain, self._recover_at = True, self.steps + self._score_gap()
             if self.steps < self._recover_at:
                 return 0
@@ -382,8 +387,13 @@ class AdaptiveK:
             self.acc.observe(own, own_accepted, o.sure[:own])
             if self._plain and o.n_accepted == o.k:
                 self._recover_at = self.steps + 1
+        if not self._plain:
+            n, t = self._stretch
+            self._stretch = (n + o.n_accepted + 1, t + o.step_s + o.catch_up_s)
         if o.catch_up_s > 0:
             self.times.catch_up.add(o.catch_up_s)
+            if o.scores:  # with what its step took beyond a plain one (the switch back to the target)
+                self.times.scored.add(o.catch_up_n, o.catch_up_s + max(0.0, o.step_s - self.times.plain))
             if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
                 self.times.catch_up_token.add(o.catch_up_s / o.catch_up_n)
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)

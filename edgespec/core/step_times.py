@@ -33,6 +33,8 @@ from . import defaults
 from .lookup_policy import VerifyTimes
 from .recent import Recent
 
+CATCH_UP_N_MAX = 256  # scored catch-ups timed per size up to this many tokens fed
+
 
 class StepTimes:
     """Whole-step and draft-part times per K (draft + verify + Python) on this machine."""
@@ -44,6 +46,7 @@ class StepTimes:
         self.draft_by_k = [Recent() for _ in range(k_max + 1)]
         self.catch_up = Recent()  # feeding the draft the tokens it missed during plain or lookup steps
         self.catch_up_token = Recent()  # the same per token missed (they also pile up during lookup steps)
+        self.scored = VerifyTimes(CATCH_UP_N_MAX)  # scored catch-ups by tokens fed (the same per-size table)
         self.clock = 0
         self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
 
@@ -53,6 +56,15 @@ class StepTimes:
             self.by_k[k].add(seconds)
             if k:
                 self.draft_by_k[k].add(draft_s)
+
+    def catch_up_fixed(self) -> float | None:
+        """What a scored catch-up costs whatever it feeds: switching to the draft model, a
+        call's own overhead. The intercept of a line through the sizes measured (at least
+        the draft's cost of one token); None until two sizes were measured."""
+        pts = self.scored.measured()
+        if len(pts) < 2:
+            return None
+        return max(self.scored.cost(0), self.draft_slope())
 
     def measured(self) -> bool:
         """A plain step and a draft step were both timed."""
