@@ -314,9 +314,8 @@ class AdaptiveK:
 
     def _score_gap(self) -> int:
         """Plain steps until the next scored catch-up: enough that the typical recent catch-up
-        would be PROBE_BUDGET of their time (an aim, not a bound: see the module docstring).
-        Once a return to drafting has paid, only the part of a catch-up that spacing saves is
-        charged, its fixed cost: the tokens it feeds are fed at the return anyway."""
+        (once a return has paid, its fixed part: see the module docstring) would be
+        PROBE_BUDGET of their time."""
         t0, fixed = self.step_costs()[0], self.times.catch_up_fixed() if self._paid else None
         whole = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
         loss = whole if fixed is None else fixed
@@ -370,9 +369,11 @@ class AdaptiveK:
             # describe model drafts only
             self.lookup.observe(o.match, o.k, o.n_accepted, o.verify_s, o.step_s)
             return
+        own, own_accepted, copied, copied_accepted = o.split()  # a draft lookup finished: each part to its source
+        copy_scored = copied and own_accepted == own
         if o.shadow[0]:
             self.lookup.record(o.match, *o.shadow)
-        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not o.shadow[0])
+        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not (o.shadow[0] or copy_scored))
         if o.bonus is not None:
             self.acc.observe_bonus(o.bonus)
         if o.scores:
@@ -380,9 +381,8 @@ class AdaptiveK:
         elif self._asked:
             self._unscored, self._recover_at = True, self.steps + 1  # not scored (constraints): probe next
         self._asked = False
-        own, own_accepted, copied, copied_accepted = o.split()  # a draft lookup finished: each part to its source
-        if copied and own_accepted == own:
-            self.lookup.record(o.extended_match, copied, copied_accepted)
+        if copy_scored:
+            self.lookup.record(o.extended_match, copied, copied_accepted, fade=not o.shadow[0])
         if own > 0:
             self.acc.observe(own, own_accepted, o.sure[:own])
             if self._plain and o.n_accepted == o.k:

@@ -133,10 +133,11 @@ class LookupPolicy:
         self.record(match, k, n_accepted)
         self._overhead.append(max(0.0, step_s - verify_s))
 
-    def record(self, match: int, k: int, n_accepted: int) -> None:
+    def record(self, match: int, k: int, n_accepted: int, fade: bool = True) -> None:
         """Evidence on a proposal after a `match`-token match: of its first k tokens, the first
         n_accepted were (or would have been) accepted. Its match length's record moves fast
-        (DECAY), the others' slowly (IDLE_DECAY).
+        (DECAY), the others' slowly (IDLE_DECAY); `fade=False` for a second proposal scored in
+        the same step (a step fades the evidence once).
 
         Also fed by steps that did not verify the proposal (shadow scoring): the decoder
         compares the proposal with the tokens the step committed. That is the acceptance
@@ -145,8 +146,9 @@ class LookupPolicy:
         probability that x would have been accepted. So lookup's record stays current while
         the model drafts or plain steps run, at no cost, and lookup is taken when it pays."""
         row = self._row(match)
-        self._fade(IDLE_DECAY, skip=row)
-        self._fade(DECAY, only=row)
+        if fade:
+            self._fade(IDLE_DECAY, skip=row)
+            self._fade(DECAY, only=row)
         for i in range(min(n_accepted + 1, k, L_MAX)):  # positions after a rejection were not tested
             self._tried[row][i] += 1.0
             self._accepted[row][i] += i < n_accepted
