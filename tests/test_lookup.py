@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from edgespec.core.lookup import NO_PROPOSAL, TAIL, VOTES, LookupIndex, Proposal
+from edgespec.core.lookup import NO_PROPOSAL, RESYNC_SKIP, RESYNC_WINDOW, TAIL, VOTES, LookupIndex, Proposal
 from edgespec.core.sampling import Dist
 from edgespec.core.verify import residual, verify
 
@@ -51,6 +51,42 @@ def test_no_match_proposes_nothing() -> None:
     assert index_over([1, 2, 3, 4, 5]).propose(4) == NO_PROPOSAL == Proposal()
     assert index_over([]).propose(4).tokens == ()
     assert index_over([1]).propose(4).n == 0
+
+
+# "def f ( values , w ) : return values ;" as token ids, and edits of it
+SOURCE = [1, 2, 3, 20, 4, 5, 6, 7, 8, 20, 9]
+
+
+def test_a_copy_resumes_after_a_replaced_token() -> None:
+    # the answer renames values (20) to samples (30): "def f ( samples ," -> "w ) : return"
+    p = index_over([*SOURCE, 0, 1, 2, 3, 30, 4]).propose(4)
+    assert (p.tokens, p.n, p.source) == ((5, 6, 7, 8), 1, 5)
+    assert index_over([*SOURCE, 0, 1, 2, 3, 30, 4], n_min=2, n_max=4).propose(4).n == 1
+
+
+def test_a_copy_resumes_after_inserted_and_dropped_tokens() -> None:
+    # two tokens inserted after "def f (": "def f ( 31 32 values" -> ", w ) :"
+    assert index_over([*SOURCE, 0, 1, 2, 3, 31, 32, 20]).propose(3).tokens == (4, 5, 6)
+    # "values ," dropped: "def f ( w" -> ") : return"
+    assert index_over([*SOURCE, 0, 1, 2, 3, 5]).propose(3).tokens == (6, 7, 8)
+
+
+def test_no_copy_resumes_when_the_edit_is_longer_than_it_looks_back() -> None:
+    edit = [31, 32, 33, 34]  # RESYNC_SKIP tokens written since the copy broke, then its next token
+    assert len(edit) == RESYNC_SKIP
+    assert index_over([*SOURCE, 0, 1, 2, 3, *edit, 4]).propose(3) == NO_PROPOSAL
+    assert index_over([*SOURCE, 0, 1, 2, 3, *edit[:-1], 4]).propose(3).tokens == (5, 6, 7)
+
+
+def test_no_copy_resumes_where_the_last_token_is_beyond_the_window() -> None:
+    far = [1, 2, 3, *range(40, 40 + RESYNC_WINDOW), 9, 8]
+    assert index_over([*far, 0, 1, 2, 3, 9]).propose(2) == NO_PROPOSAL
+    near = [1, 2, 3, *range(40, 39 + RESYNC_WINDOW), 9, 8]
+    assert index_over([*near, 0, 1, 2, 3, 9]).propose(2).tokens == (8, 0)
+    assert LookupIndex(resync=0).propose(2) == NO_PROPOSAL
+    off = LookupIndex(resync=0)
+    off.append([*near, 0, 1, 2, 3, 9])
+    assert off.propose(2) == NO_PROPOSAL
 
 
 def test_k_limits_the_proposal() -> None:
@@ -204,6 +240,27 @@ def reference(seq: Sequence[int], start: int, n_min: int, n_max: int, k: int) ->
             tokens = tuple(full[end:])
             agree = sum(seq[e] == tokens[0] for e in found[:VOTES])
             return Proposal(tokens, n, found[0], min(len(found), VOTES), agree)
+    return resumed(seq, start, n_min, n_max, k)
+
+
+def resumed(seq: Sequence[int], start: int, n_min: int, n_max: int, k: int) -> Proposal:
+    """The same scan for a copy resumed after an edit: for each edit length s, the longest
+    n-gram before it with an earlier occurrence, and the last token looked for after that."""
+    end = len(seq)
+    for cut in range(end - 1, max(start, end - 1 - RESYNC_SKIP), -1):
+        for n in range(n_max, n_min - 1, -1):
+            found = [e for e in range(cut - 1, start + n - 1, -1) if list(seq[e - n : e]) == list(seq[cut - n : cut])]
+            if cut - n >= start and found:
+                break
+        else:
+            continue
+        e = found[0]
+        for q in range(e, min(e + RESYNC_WINDOW, cut)):
+            if seq[q] == seq[-1]:
+                full = list(seq)
+                for j in range(k):
+                    full.append(full[q + 1 + j])
+                return Proposal(tuple(full[end:]), 1, q + 1, 1, 1)
     return NO_PROPOSAL
 
 

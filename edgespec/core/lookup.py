@@ -7,6 +7,16 @@ the k tokens that followed it. The copy may run into the current suffix and on
 past the end (a match d tokens back proposes a sequence with period d), as an
 overlapping LZ77 copy does: that is what a model stuck in a loop will say next.
 
+Where nothing matches, the copy may have just been edited: a word replaced ("values"
+by "samples"), inserted or dropped. Then for s = 1..RESYNC_SKIP the index takes the
+longest n-gram ending s tokens back (before the edit), finds its latest earlier
+occurrence, and looks in the RESYNC_WINDOW tokens that followed it for the last token
+written; found, it proposes what came after it there (`n` = 1 in the proposal: a
+one-token match, near a copy). Measured offline on the demo model's greedy answers
+(every proposal verified, K = 16): target passes 126 -> 119 (its rename answer), 15 ->
+13 (extract), 14 -> 12 (revise); on an exact rename of the bench's code (every `values`
+now `samples`) 28 -> 21.
+
 The proposal is deterministic, so the draft row q is one-hot on each proposed
 token and verification is the ordinary rule with q = `Dist.one_hot(x)`: accept
 with probability p(x), on rejection emit from p with x removed. Lossless at any
@@ -45,6 +55,8 @@ DEFAULT_MAX_TOKENS = 1 << 17
 VOTES = 8  # earlier occurrences looked at to say how much they agree (a bounded walk)
 TAIL = 16  # covered tokens sync compares when it is given no known common prefix
 EVICT_MAX = 1024  # the most tokens dropped from the window at once: bounds one step's pause
+RESYNC_SKIP = 4  # new tokens an edit of the copy may have written before it resumes
+RESYNC_WINDOW = 8  # source tokens an edit may have replaced (where the last token is looked for)
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,8 @@ class Proposal:
     """What the index proposes, and how much to trust it.
 
     `tokens` continues the current context (empty when nothing matched); `n` is the
-    length of the matched n-gram (0 if none); `source` the position the copy starts
+    length of the matched n-gram (0 if none; 1 for a copy resumed after an edit, see the
+    module docstring); `source` the position the copy starts
     at (the token that followed the chosen occurrence); `seen` how many earlier
     occurrences of the n-gram were looked at, the chosen one included (at most VOTES);
     `agree` how many of those were followed by `tokens[0]` (1 <= agree <= seen).
@@ -72,12 +85,15 @@ NO_PROPOSAL = Proposal()
 class LookupIndex:
     """An n-gram index over one growing token sequence (see the module docstring)."""
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, n_min: int = 2, n_max: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS, resync: int = RESYNC_SKIP
+    ) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
         if max_tokens <= n_max:
             raise ValueError(f"max_tokens ({max_tokens}) must exceed n_max ({n_max})")
         self.n_min, self.n_max, self.max_tokens = n_min, n_max, max_tokens
+        self.resync = resync  # RESYNC_SKIP; 0: no resumed copies
         # Drop in chunks, not one token per step: deleting the front of a list moves the rest.
         self._slack = max(1, min(EVICT_MAX, max_tokens // 8))
         self._base = 0  # absolute position of self._toks[0]
@@ -244,7 +260,37 @@ class LookupIndex:
                 tokens = self._copy(e, k)
                 seen, agree = self._votes(n, e, tokens[0])
                 return Proposal(tokens, n, e, seen, agree)
+        return self._resumed(k)
+
+    def _resumed(self, k: int) -> Proposal:
+        """A copy resumed after an edit of it (module docstring), or NO_PROPOSAL."""
+        end, base = len(self), self._base
+        if end - 1 <= base:
+            return NO_PROPOSAL
+        last = self._toks[-1]
+        for cut in range(end - 1, max(base, end - 1 - self.resync), -1):  # the edit wrote tokens cut..end-1
+            e = self._earlier(cut)
+            if e < 0:
+                continue
+            for q in range(e, min(e + RESYNC_WINDOW, cut)):
+                if self._toks[q - base] == last:
+                    return Proposal(self._copy(q + 1, k), 1, q + 1, 1, 1)
         return NO_PROPOSAL
+
+    def _earlier(self, cut: int) -> int:
+        """Where the copy stood before it was edited at `cut`: the position that followed the
+        latest occurrence before `cut` of the longest n-gram ending at `cut` (-1: none)."""
+        base = self._base
+        for n in range(self.n_max, self.n_min - 1, -1):
+            if cut - n < base:
+                continue
+            prev = self._prev[n - self.n_min]
+            e = self._head[n - self.n_min].get(tuple(self._toks[cut - n - base : cut - base]), -1)
+            while e >= cut:
+                e = prev[e - base]
+            if e >= 0 and e - n >= base:
+                return e
+        return -1
 
     def _copy(self, source: int, k: int) -> tuple[int, ...]:
         """k tokens from `source` on, the copy continuing into its own output past the end."""

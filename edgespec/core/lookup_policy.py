@@ -89,7 +89,8 @@ class VerifyTimes:
 class LookupPolicy:
     """Acceptance of looked-up tokens, and the best length for a proposal."""
 
-    def __init__(self, times: VerifyTimes, n_min: int = 2, n_max: int = 4) -> None:
+    def __init__(self, times: VerifyTimes, n_min: int = 1, n_max: int = 4) -> None:
+        # a record per match length, 1 being a copy resumed after an edit (LookupIndex._resumed)
         self.times = times
         self.n_min, self.n_max = n_min, n_max
         rows = n_max - n_min + 1
