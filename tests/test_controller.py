@@ -284,6 +284,25 @@ def test_the_fixed_cost_of_a_catch_up_is_the_intercept_of_its_sizes() -> None:
     assert times.catch_up_fixed() == pytest.approx(0.005)
 
 
+def test_feeding_the_draft_is_charged_a_line_through_its_sizes_not_n_times_a_small_average() -> None:
+    times = StepTimes()
+    assert times.feed_cost(100) == 0.0  # nothing measured: nothing charged
+    ctrl = AdaptiveK(times=times)
+    for _ in range(5):  # the usual catch-up after a lookup step: two tokens, 6 ms each
+        ctrl.observe(StepOutcome(0, 0, 0.0, 0.020, 0.020, catch_up_s=0.012, catch_up_n=2))
+    ctrl.observe(StepOutcome(0, 0, 0.0, 0.020, 0.020, catch_up_s=0.200, catch_up_n=64, scores=(0.9,) * 64))
+    assert times.fed.measured() == [(2, 0.012)]  # a scored catch-up also computes rows: not this table
+    ctrl.observe(StepOutcome(3, 3, 0.01, 0.03, 0.04, catch_up_s=0.334, catch_up_n=128))
+    slope = (0.334 - 0.012) / 126
+    assert times.feed_slope() == pytest.approx(slope)
+    assert times.feed_cost(100) == pytest.approx(0.012 + 98 * slope)  # 0.26 s, not 100 x 6 ms
+    assert times.feed_cost(1000) == pytest.approx(0.012 + 998 * slope)  # on past the sizes timed
+    assert times.feed_cost(0) == 0.0
+    # what the hybrid charges the model for the lag: only lookup's share of it (see _model_speed)
+    t = ctrl.step_costs()[3]
+    assert ctrl._model_speed(3, 100, 0.5) == pytest.approx(ctrl.speed(3) * t / (t + 0.5 * times.feed_cost(100)))
+
+
 def test_a_small_k_max_is_never_exceeded() -> None:
     for k_max in (1, 2, 4):
         ctrl = AdaptiveK(k_max=k_max)

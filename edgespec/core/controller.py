@@ -280,7 +280,7 @@ class AdaptiveK:
         # or lookup copies j tokens: no draft time, a longer verify, and each copied token
         # accepted must still be fed to the draft before it drafts again
         base = curve[drafted] - verify(drafted + 1)
-        tax = self.times.catch_up_token.value
+        tax = self.times.feed_slope()
         take, copied, run, gain = 0, 0.0, reach, 0.0
         for j, a in enumerate(self.lookup.alpha(proposal.n)[: len(proposal.tokens)], start=1):
             run *= a
@@ -300,7 +300,7 @@ class AdaptiveK:
         t = costs[k] if k < len(costs) else 0.0
         if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
             return self.speed(k)
-        return self.speed(k) * t / (t + share * lag * self.times.catch_up_token.value)
+        return self.speed(k) * t / (t + share * self.times.feed_cost(lag))
 
     def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float) -> Plan:
         """The lookup draft when it is expected to be faster than `plan` (at `speed`)."""
@@ -395,6 +395,6 @@ class AdaptiveK:
             if o.scores:  # with what its step took beyond a plain one (the switch back to the target)
                 self.times.scored.add(o.catch_up_n, o.catch_up_s + max(0.0, o.step_s - self.times.plain))
             if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
-                self.times.catch_up_token.add(o.catch_up_s / o.catch_up_n)
+                self.times.fed.add(o.catch_up_n, o.catch_up_s)
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
             self.times.add(o.k, o.step_s, o.draft_s)
