@@ -47,6 +47,41 @@ def test_greedy_speculative_equals_greedy_plain(demo_engine, prompt: str) -> Non
         assert gap < 0.05, f"k={k}: diverged at token {i} where the target's top-two gap is {gap:.4f}"
 
 
+def test_greedy_draftless_lookup_equals_greedy_plain_where_the_answer_copies_with_edits() -> None:
+    """The bench's extract prompt: the demo model copies the sentences with small edits
+    ("Every evening, he climbed"), so copies resumed after an edit are proposed and verified."""
+    from edgespec import Engine
+    from edgespec.frontends.bench.copying import PROMPTS as COPYING
+
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    engine = Engine.load(paths[0], None, n_ctx=2048)
+    try:
+        index = engine._decoder.index
+        matched: list[int] = []
+        propose = index.propose
+
+        def spy(k: int):  # type: ignore[no-untyped-def]
+            p = propose(k)
+            matched.append(p.n)
+            return p
+
+        index.propose = spy  # type: ignore[method-assign]
+        prompt = COPYING["extract"]
+        plain = engine.generate(prompt, temperature=0, max_tokens=96, speculative=False)
+        assert not matched  # plain decoding does no lookup work
+        spec = engine.generate(prompt, temperature=0, max_tokens=96)
+        assert spec.stats.sources["lookup"]["accepted"] > 0.3 * spec.stats.n_generated
+        assert 1 in matched  # a resumed copy was proposed
+        if spec.tokens != plain.tokens:
+            i = next(j for j, (a, b) in enumerate(zip(spec.tokens, plain.tokens)) if a != b)
+            gap = top_two_gap(str(paths[0]), engine.tokenize(prompt) + plain.tokens[:i])
+            assert gap < 0.05, f"diverged at token {i} where the target's top-two gap is {gap:.4f}"
+    finally:
+        engine.close()
+
+
 def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
     res = demo_engine.generate(PROMPTS[2], temperature=0, max_tokens=64, k=4)
     assert res.stats.acceptance_rate > 0.6

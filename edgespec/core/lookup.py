@@ -13,9 +13,9 @@ longest n-gram ending s tokens back (before the edit), finds its latest earlier
 occurrence, and looks in the RESYNC_WINDOW tokens that followed it for the last token
 written; found, it proposes what came after it there (`n` = 1 in the proposal: a
 one-token match, near a copy). Measured offline on the demo model's greedy answers
-(every proposal verified, K = 16): target passes 126 -> 119 (its rename answer), 15 ->
-13 (extract), 14 -> 12 (revise); on an exact rename of the bench's code (every `values`
-now `samples`) 28 -> 21.
+(every proposal verified, K = 16): target passes 126 -> 117 (its rename answer), 15 ->
+12 (extract), 14 -> 11 (revise); on an exact rename of the bench's code (every `values`
+now `samples`) 28 -> 19.
 
 The proposal is deterministic, so the draft row q is one-hot on each proposed
 token and verification is the ordinary rule with q = `Dist.one_hot(x)`: accept
@@ -28,7 +28,8 @@ the token at e followed): a dict from the n-gram to its latest position and a
 back-link array to the previous one, so adding a token is one dict update per
 n (O(n_max^2) element work with the tuple keys, all in C), removing the latest
 tokens pops them, and a proposal is one lookup per n plus a walk of at most
-VOTES back-links.
+VOTES back-links (where nothing matches, up to RESYNC_SKIP more lookups per n and a
+scan of RESYNC_WINDOW tokens each).
 
 Memory is bounded by `max_tokens`: only a window of the most recent tokens is
 kept and indexed (between max_tokens and max_tokens + a small slack once the
