@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.core.controller import LOOKUP, PROBE_EVERY, AdaptiveK, StepOutcome
+from edgespec.core.controller import LOOKUP, MODEL, PROBE_EVERY, AdaptiveK, StepOutcome
 from edgespec.core.lookup import Proposal
 from edgespec.core.lookup_policy import L_MAX, LookupPolicy, VerifyTimes
 
@@ -123,8 +123,8 @@ def test_a_copy_seen_only_by_shadow_scores_is_taken_and_the_draft_catch_up_is_ch
     cheap = _hybrid_measured(0.0005)
     assert cheap.plan(0, offer).source == LOOKUP  # never verified, known from shadow scores
     # with a dear catch-up, a long lag makes the model's step dearer than the lookup proposal's
-    # even when lookup's record is modest
-    for lag, want in ((0, "model"), (40, LOOKUP)):
+    # even when lookup's record is modest (and the copy is charged feeding its own tokens later)
+    for lag, want in ((0, "model"), (60, LOOKUP)):
         ctrl = _hybrid_measured(0.005)
         for _ in range(30):
             ctrl.lookup.record(4, 6, 2)  # lookup: 2 of 6 accepted of late
@@ -170,3 +170,24 @@ def test_a_probe_of_a_neighbouring_k_waits_for_a_step_without_a_long_catch_up() 
         ks.append(ctrl.plan(200, None).k)  # this step lookup has nothing to offer
     assert ks == [0] * len(ks)
     assert ctrl.plan(0, None).k > 0  # with the draft caught up, the model drafts
+
+
+def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds() -> None:
+    # the demo draft's catch-ups: 13 ms for two tokens, 334 ms for 128 (a fixed ~8 ms, 2.6 ms a token)
+    u = (0.334 - 0.013) / 126
+    fixed = 0.013 - 2 * u
+    ctrl = _hybrid_measured((fixed + 10 * u) / 10)  # its catch-ups of ten tokens on the same line
+    for _ in range(3):
+        ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=0.013, catch_up_n=2))
+    ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=0.334, catch_up_n=128))
+    for _ in range(30):
+        ctrl.lookup.record(2, 2, 2)  # two-token copies, always accepted of late
+        ctrl.acc.observe(4, 2, ())  # the model's drafts: half accepted of late
+    offer = Proposal(tokens=(10, 11), n=2, source=0, seen=1, agree=1)
+    # uncharged, the copy's step beats the model's: two tokens for a 3-token verify
+    assert ctrl.lookup.best(2, 2)[1] > ctrl.speed(ctrl.best_k())
+    # the draft is current: the copy would start a catch-up whose fixed part eats its gain
+    assert ctrl.times.feed_fixed() == pytest.approx(fixed)
+    assert ctrl.plan(0, offer).source == MODEL
+    # the draft is behind already: the copy adds its tokens to a catch-up due anyway
+    assert ctrl.plan(5, offer).source == LOOKUP

@@ -279,11 +279,11 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     real = ctrl._lookup_or
     taken = []
 
-    def lookup_wins(plan: Plan, proposal: object, speed: float) -> Plan:
+    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple = (0.0, 0.0)) -> Plan:
         if plan.score and not taken:
             taken.append(plan)
             return Plan(2, source=LOOKUP)
-        return real(plan, proposal, speed)  # type: ignore[arg-type]
+        return real(plan, proposal, speed, feed)  # type: ignore[arg-type]
 
     ctrl._lookup_or = lookup_wins  # type: ignore[method-assign]
     for _ in range(200):

@@ -41,8 +41,7 @@ anyway (README, "The K controller": figures, and what was tried instead). Withou
 (penalties or a grammar: rows that depend on a history it cannot replay) it probes K = 1
 or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth its
 expected tokens, plus the catch-up) aims at the same share, and again at once after a
-probe whose drafts were all accepted. Leaving plain decoding needs a predicted gain of
-LEAVE_PLAIN.
+probe whose drafts were all accepted. Leaving plain needs a predicted gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
@@ -51,8 +50,7 @@ next both accepted" is worth less than one more draft token costs (the curve's
 local step per K). The plan carries that threshold; the decoder stops drafting
 after a token whose confidence is below it. A pair's fixed `p_min` is a floor
 under the same threshold (one rule, one meaning of "sure": the draft's
-probability of the token it drafted, untempered at temperature 0).
-Pure: no model, no clock, no I/O.
+probability of the token it drafted, untempered at temperature 0). Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -254,10 +252,11 @@ class AdaptiveK:
             # not worth feeding the draft what it missed: lookup will soon take over again (a
             # probe of a neighbouring K too: measuring a cost can wait for a step without a catch-up)
             plan = Plan(0)
-        # lookup must beat plain too: the charged model speed falls as the lag grows, and
-        # against it alone a poor lookup would win forever and the draft never be fed again
-        alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed())
-        chosen = self._lookup_or(plan, proposal, alternative)
+        # lookup must beat plain too (against the model alone, charged a lag that grows, a poor
+        # lookup would win forever); both are charged what they add to the draft's next catch-up
+        feed = (self.times.feed_fixed() if lag <= 1 else 0.0, self.times.feed_slope())
+        alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed(*feed))
+        chosen = self._lookup_or(plan, proposal, alternative, feed)
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
         return chosen
@@ -302,11 +301,12 @@ class AdaptiveK:
             return self.speed(k)
         return self.speed(k) * t / (t + share * self.times.feed_cost(lag))
 
-    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float) -> Plan:
-        """The lookup draft when it is expected to be faster than `plan` (at `speed`)."""
+    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float, feed: tuple = (0.0, 0.0)) -> Plan:
+        """The lookup draft when it is expected to be faster than `plan` (at `speed`); `feed`:
+        what it adds to the draft's next catch-up, (fixed, per token), see LookupPolicy.best."""
         if proposal is None or not proposal.tokens:
             return plan
-        k, lookup_speed = self.lookup.best(proposal.n, len(proposal.tokens))
+        k, lookup_speed = self.lookup.best(proposal.n, len(proposal.tokens), *feed)
         if k == 0 or lookup_speed <= speed:
             return plan
         plain = self.lookup.plain_speed()

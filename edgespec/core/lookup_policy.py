@@ -110,13 +110,17 @@ class LookupPolicy:
     def overhead(self) -> float:
         return statistics.median(self._overhead) if self._overhead else 0.0
 
-    def plain_speed(self) -> float:
-        t = self.times.cost(1) + self.overhead()
+    def plain_speed(self, fixed: float = 0.0, per_token: float = 0.0) -> float:
+        """Plain decoding's tokens per second, with what the step adds to a later catch-up of
+        the draft model (`fixed` per step, `per_token` per token committed; see `best`)."""
+        t = self.times.cost(1) + self.overhead() + fixed + per_token
         return 1.0 / t if t > 0 else 0.0
 
-    def best(self, match: int, available: int) -> tuple[int, float]:
+    def best(self, match: int, available: int, fixed: float = 0.0, per_token: float = 0.0) -> tuple[int, float]:
         """(k, expected tokens per second) of the best lookup draft of at most `available`
-        tokens after a match of `match` tokens; (0, 0.0) before any cost was measured."""
+        tokens after a match of `match` tokens; (0, 0.0) before any cost was measured. Beside
+        a draft model every token committed must later be fed to it: the step is charged
+        `per_token` for each, and `fixed` for the catch-up it makes necessary (AdaptiveK)."""
         if available <= 0 or self.times.cost(1) <= 0.0:
             return 0, 0.0
         alpha, o = self.alpha(match), self.overhead()
@@ -124,7 +128,7 @@ class LookupPolicy:
         for k in range(1, min(available, L_MAX) + 1):
             run *= alpha[k - 1]
             e += run
-            t = self.times.cost(k + 1) + o
+            t = self.times.cost(k + 1) + o + fixed + per_token * e
             if t > 0 and e / t > best_speed:
                 best_k, best_speed = k, e / t
         return best_k, best_speed

@@ -70,11 +70,19 @@ class StepTimes:
         """Seconds to feed the draft n tokens it missed (plain and lookup steps pile them up):
         a line through the sizes measured, since a catch-up is one batch whose fixed part a
         per-token average would charge n times (on the demo pair's draft 12 ms for one token,
-        6.7 ms a token for two, 2.6 for 128); 0 before any was measured."""
-        if n <= 0:
+        6.7 ms a token for two, 2.6 for 128); 0 before any was measured, n times the average
+        per token while one size was."""
+        pts = self.fed.measured()
+        if n <= 0 or not pts:
             return 0.0
+        if len(pts) == 1:  # one size: its average per token (no fixed part can be told apart yet)
+            return n * pts[0][1] / pts[0][0]
         top = self.fed.n_max  # past the sizes timed: on along the slope
         return self.fed.cost(min(n, top)) + max(0, n - top) * self.feed_slope()
+
+    def feed_fixed(self) -> float:
+        """What a catch-up costs whatever it feeds (the line's intercept, at least 0)."""
+        return max(0.0, self.feed_cost(1) - self.feed_slope())
 
     def feed_slope(self) -> float:
         """What one more token adds to a catch-up (a looked-up token accepted adds one)."""
