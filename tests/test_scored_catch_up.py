@@ -12,6 +12,7 @@ import pytest
 from edgespec.core.acceptance import Acceptance
 from edgespec.core.controller import LOOKUP, AdaptiveK, Plan, StepOutcome
 from edgespec.core.decoder import SCORED_MAX, Decoder
+from edgespec.core.lookup import Proposal
 from edgespec.core.penalties import Penalties
 from edgespec.core.sampling import SamplingParams, prob_of, to_dist
 from tests.fakes import FakeModel, decode
@@ -276,18 +277,18 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     ctrl = AdaptiveK()
     m = Answering(0.15)
     drive(ctrl, m, 300)
-    real = ctrl._lookup_or
     taken = []
+    offer = Proposal(tokens=(7, 8), n=3, source=0, seen=1, agree=1)  # lookup has something every step
 
-    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple = (0.0, 0.0)) -> Plan:
-        if plan.score and not taken:
+    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple) -> Plan:
+        if plan.score and not taken:  # lookup is taken in place of the scored catch-up, and only there
             taken.append(plan)
             return Plan(2, source=LOOKUP)
-        return real(plan, proposal, speed, feed)  # type: ignore[arg-type]
+        return plan
 
     ctrl._lookup_or = lookup_wins  # type: ignore[method-assign]
     for _ in range(200):
-        plan = ctrl.plan(m.lag)
+        plan = ctrl.plan(m.lag, offer)
         if taken:
             break
         ctrl.observe(m.step(plan))

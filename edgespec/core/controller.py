@@ -1,10 +1,9 @@
 """Choosing K, the number of draft tokens per step.
 
-A controller has two methods: `plan(lag, proposal)` before a step, which returns a
-`Plan` (the K to draft, the in-step stop threshold, whether to measure the
-draft's confidence), and `observe(outcome)` after it (the shape of
-transformers' CandidateGenerator). `FixedK` always plans the same K; K = 0 is
-plain decoding through the same loop.
+A controller has two methods: `plan(lag, proposal)` before a step, which returns a `Plan`
+(the K to draft, the in-step stop threshold, whether to measure the draft's confidence),
+and `observe(outcome)` after it (the shape of transformers' CandidateGenerator). `FixedK`
+always plans the same K; K = 0 is plain decoding through the same loop.
 
 `AdaptiveK` maximises expected tokens per second from what it measures on
 this machine (DESIGN.md, "The K controller"):
@@ -234,7 +233,7 @@ class AdaptiveK:
         plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
         if not self.model:
-            return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed())
+            return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed(), (0.0, 0.0))
         best = self.best_k()
         warming = self.steps <= len(self._warmup)
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
@@ -252,8 +251,9 @@ class AdaptiveK:
             # not worth feeding the draft what it missed: lookup will soon take over again (a
             # probe of a neighbouring K too: measuring a cost can wait for a step without a catch-up)
             plan = Plan(0)
-        # lookup must beat plain too (against the model alone, charged a lag that grows, a poor
-        # lookup would win forever); both are charged what they add to the draft's next catch-up
+        if proposal is None or not proposal.tokens:
+            return plan
+        # lookup must beat plain too (else it beats a lag-charged model forever); both pay what they add to a catch-up
         feed = (self.times.feed_fixed() if lag <= 1 else 0.0, self.times.feed_slope())
         alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed(*feed))
         chosen = self._lookup_or(plan, proposal, alternative, feed)
@@ -301,7 +301,7 @@ class AdaptiveK:
             return self.speed(k)
         return self.speed(k) * t / (t + share * self.times.feed_cost(lag))
 
-    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float, feed: tuple = (0.0, 0.0)) -> Plan:
+    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float, feed: tuple[float, float]) -> Plan:
         """The lookup draft when it is expected to be faster than `plan` (at `speed`); `feed`:
         what it adds to the draft's next catch-up, (fixed, per token), see LookupPolicy.best."""
         if proposal is None or not proposal.tokens:

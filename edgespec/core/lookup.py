@@ -253,14 +253,11 @@ class LookupIndex:
         end = len(self)
         if k <= 0:
             return NO_PROPOSAL
-        for n in range(self.n_max, self.n_min - 1, -1):
-            if end - n < self._base:
-                continue
-            e = self._head[n - self.n_min].get(tuple(self._toks[end - n - self._base :]))
-            if e is not None:
-                tokens = self._copy(e, k)
-                seen, agree = self._votes(n, e, tokens[0])
-                return Proposal(tokens, n, e, seen, agree)
+        n, e = self._match(end)
+        if e >= 0:
+            tokens = self._copy(e, k)
+            seen, agree = self._votes(n, e, tokens[0])
+            return Proposal(tokens, n, e, seen, agree)
         return self._resumed(k)
 
     def _resumed(self, k: int) -> Proposal:
@@ -270,7 +267,7 @@ class LookupIndex:
             return NO_PROPOSAL
         last = self._toks[-1]
         for cut in range(end - 1, max(base, end - 1 - self.resync), -1):  # the edit wrote tokens cut..end-1
-            e = self._earlier(cut)
+            _, e = self._match(cut)  # where the copy stood before the edit
             if e < 0:
                 continue
             for q in range(e, min(e + RESYNC_WINDOW, cut)):
@@ -278,20 +275,20 @@ class LookupIndex:
                     return Proposal(self._copy(q + 1, k), 1, q + 1, 1, 1)
         return NO_PROPOSAL
 
-    def _earlier(self, cut: int) -> int:
-        """Where the copy stood before it was edited at `cut`: the position that followed the
-        latest occurrence before `cut` of the longest n-gram ending at `cut` (-1: none)."""
+    def _match(self, cut: int) -> tuple[int, int]:
+        """(n, e): the longest n-gram ending at `cut` that occurred before it, and the position
+        that followed its latest occurrence before `cut`; (0, -1) if none."""
         base = self._base
         for n in range(self.n_max, self.n_min - 1, -1):
             if cut - n < base:
                 continue
             prev = self._prev[n - self.n_min]
             e = self._head[n - self.n_min].get(tuple(self._toks[cut - n - base : cut - base]), -1)
-            while e >= cut:
+            while e >= cut:  # occurrences at or after `cut` (only when cut < len(self))
                 e = prev[e - base]
             if e >= 0 and e - n >= base:
-                return e
-        return -1
+                return n, e
+        return 0, -1
 
     def _copy(self, source: int, k: int) -> tuple[int, ...]:
         """k tokens from `source` on, the copy continuing into its own output past the end."""

@@ -63,6 +63,11 @@ class VerifyTimes:
             self._table[n] = self._estimate(self.measured(), n)
         return self._table[n]
 
+    def line(self) -> tuple[float, float] | None:
+        """(intercept, slope) of the least-squares line through the sizes measured (slope at
+        least 0); None under two sizes."""
+        return _line(self.measured())
+
     @staticmethod
     def _estimate(pts: list[tuple[int, float]], n: int) -> float:
         """The median where measured, else a least-squares line through the measured sizes
@@ -77,13 +82,20 @@ class VerifyTimes:
             fixed = t0 / (1 + GROWTH * (n0 - 1))
             line = fixed * (1 + GROWTH * (n - 1))
         else:
-            mn = sum(p[0] for p in pts) / len(pts)
-            mt = sum(p[1] for p in pts) / len(pts)
-            var = sum((p[0] - mn) ** 2 for p in pts)
-            slope = max(0.0, sum((p[0] - mn) * (p[1] - mt) for p in pts) / var)
-            line = mt + slope * (n - mn)
+            intercept, slope = _line(pts) or (0.0, 0.0)
+            line = intercept + slope * n
         floor = max((t for m, t in pts if m < n), default=0.0)
         return max(line, floor)
+
+
+def _line(pts: list[tuple[int, float]]) -> tuple[float, float] | None:
+    if len(pts) < 2:
+        return None
+    mn = sum(p[0] for p in pts) / len(pts)
+    mt = sum(p[1] for p in pts) / len(pts)
+    var = sum((p[0] - mn) ** 2 for p in pts)
+    slope = max(0.0, sum((p[0] - mn) * (p[1] - mt) for p in pts) / var)
+    return mt - slope * mn, slope
 
 
 class LookupPolicy:

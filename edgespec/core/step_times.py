@@ -61,10 +61,8 @@ class StepTimes:
         """What a scored catch-up costs whatever it feeds: switching to the draft model, a
         call's own overhead. The intercept of a line through the sizes measured (at least
         the draft's cost of one token); None until two sizes were measured."""
-        pts = self.scored.measured()
-        if len(pts) < 2:
-            return None
-        return max(self.scored.cost(0), self.draft_slope())
+        line = self.scored.line()
+        return None if line is None else max(line[0], self.draft_slope())
 
     def feed_cost(self, n: int) -> float:
         """Seconds to feed the draft n tokens it missed (plain and lookup steps pile them up):
@@ -72,25 +70,22 @@ class StepTimes:
         per-token average would charge n times (on the demo pair's draft 12 ms for one token,
         6.7 ms a token for two, 2.6 for 128); 0 before any was measured, n times the average
         per token while one size was."""
-        pts = self.fed.measured()
-        if n <= 0 or not pts:
-            return 0.0
-        if len(pts) == 1:  # one size: its average per token (no fixed part can be told apart yet)
-            return n * pts[0][1] / pts[0][0]
+        if n <= 0 or self.fed.line() is None:
+            return n * self.feed_slope() if n > 0 else 0.0  # one size: no fixed part told apart yet
         top = self.fed.n_max  # past the sizes timed: on along the slope
         return self.fed.cost(min(n, top)) + max(0, n - top) * self.feed_slope()
 
     def feed_fixed(self) -> float:
         """What a catch-up costs whatever it feeds (the line's intercept, at least 0)."""
-        return max(0.0, self.feed_cost(1) - self.feed_slope())
+        line = self.fed.line()
+        return 0.0 if line is None else max(0.0, line[0])
 
     def feed_slope(self) -> float:
         """What one more token adds to a catch-up (a looked-up token accepted adds one)."""
-        pts = self.fed.measured()
-        if len(pts) < 2:
+        line, pts = self.fed.line(), self.fed.measured()
+        if line is None:
             return pts[0][1] / pts[0][0] if pts else 0.0
-        (n0, _), (n1, _) = pts[0], pts[-1]
-        return max(0.0, (self.fed.cost(n1) - self.fed.cost(n0)) / (n1 - n0))
+        return line[1]
 
     def measured(self) -> bool:
         """A plain step and a draft step were both timed."""
