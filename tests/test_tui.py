@@ -436,3 +436,19 @@ def test_stats_line_without_timings_and_markdown() -> None:
     assert stats_line(None) == "no generation yet"
     md = to_markdown([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo\n"}], name="demo")
     assert md.startswith("# edgespec chat — demo") and "## You\n\nhi\n\n## Assistant\n\nyo\n" in md
+
+
+async def test_a_widget_removed_from_the_screen_ignores_late_updates() -> None:
+    # The process timer and a streaming reply can both reach a widget after it is unmounted
+    # (a new chat, the app closing); its component styles are gone by then and drawing raises.
+    app = create_app(make_engine(), options=options())
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.add_message("assistant", "hello")
+        await pilot.pause()
+        status = app.status
+        await view.remove()
+        await status.remove()
+        view.append([])
+        view.set_meta("late")
+        status.set(rss=1e6, cpu=1.0)
+        app.read_sys()

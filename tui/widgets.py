@@ -41,6 +41,9 @@ class MessageView(Static):
         self._ready = True
         self.render_text()
 
+    def on_unmount(self) -> None:
+        self._ready = False  # its component styles are gone: a late token must not draw
+
     def append(self, segments: list[Segment]) -> None:
         self.segments.extend(segments)
         self.render_text()
@@ -98,6 +101,9 @@ class StatusBar(Static):
     def on_mount(self) -> None:
         self._ready = True
         self.render_status()
+
+    def on_unmount(self) -> None:
+        self._ready = False  # its component styles are gone: the process timer may still fire
 
     def set(self, **fields: Any) -> None:
         for key, value in fields.items():
