@@ -374,15 +374,20 @@ async def test_save_writes_markdown(tmp_path: Path) -> None:
 
 
 async def test_enter_while_generating_does_not_send() -> None:
-    app = create_app(slow_engine(), options=options(max_tokens=60))
+    # a reply far longer than the test (60 tokens once finished before the second Enter in a
+    # loaded CI run), stopped with Esc once the second Enter was refused
+    app = create_app(slow_engine(), options=options(max_tokens=2000))
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#prompt").value = "t5"
         await pilot.press("enter")
+        assert app.generating
         app.query_one("#prompt").value = "t6"
         await pilot.press("enter")
-        assert app.query_one("#prompt").value == "t6"
+        assert app.generating and app.query_one("#prompt").value == "t6"
+        await pilot.press("escape")
         await settle(pilot, app)
-        assert len(app.history) == 2
+        assert app.last_reason == "cancelled"
+        assert [m["content"] for m in app.history if m["role"] == "user"] == ["t5"]
 
 
 # -- the CLI and the pure helpers ---------------------------------------------------------------
