@@ -1,7 +1,7 @@
 """SVG snapshots of the chat's layout (pytest-textual-snapshot).
 
 Deterministic by construction: fixed terminal size, seed and K, a fixed
-memory/CPU reader and no wall-clock numbers (`timings=False`).
+memory/CPU reader, no wall-clock numbers (`timings=False`) and no cursor blink.
 Regenerate after an intended layout change:
     pytest tests/test_tui_snapshots.py --snapshot-update
 """
@@ -42,7 +42,13 @@ def app(**engine_kw: object):
     return create_app(make_engine(info=INFO, **engine_kw), options=options)  # type: ignore[arg-type]
 
 
+async def still(pilot) -> None:
+    # the prompt's cursor blinks every 0.5 s: under load a snapshot caught it hidden once
+    pilot.app.query_one("#prompt").cursor_blink = False
+
+
 async def ask(pilot, text: str) -> None:
+    await still(pilot)
     pilot.app.query_one("#prompt").value = text
     await pilot.press("enter")
     await pilot.app.workers.wait_for_complete()
@@ -57,7 +63,7 @@ def test_start_screen_with_a_warning(snap_compare) -> None:
             "acceptance, prefer a Q4_K_M or Q8_0 draft"
         ]
     )
-    assert snap_compare(a, terminal_size=SIZE)
+    assert snap_compare(a, terminal_size=SIZE, run_before=still)
 
 
 def test_reply_with_draft_and_target_highlighting(snap_compare) -> None:
@@ -76,4 +82,4 @@ def test_context_full_error(snap_compare) -> None:
 
 
 def test_model_info_screen(snap_compare) -> None:
-    assert snap_compare(app(), terminal_size=SIZE, press=["ctrl+o"])
+    assert snap_compare(app(), terminal_size=SIZE, press=["ctrl+o"], run_before=still)
