@@ -44,12 +44,14 @@ class VerifyTimes:
         self._by_n = [Recent() for _ in range(n_max + 1)]
         self._table: dict[int, float] = {}  # cost(n) asked since the last add
         self._pts: list[tuple[int, float]] | None = None  # measured() since the last add
+        # line() since the last add, boxed in a 1-tuple (its None means "under two sizes")
+        self._fit: tuple[tuple[float, float] | None] | None = None
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
             self._by_n[n].add(seconds)
             self._table.clear()
-            self._pts = None
+            self._pts = self._fit = None
 
     def measured(self) -> list[tuple[int, float]]:
         if self._pts is None:
@@ -65,8 +67,10 @@ class VerifyTimes:
 
     def line(self) -> tuple[float, float] | None:
         """(intercept, slope) of the least-squares line through the sizes measured (slope at
-        least 0); None under two sizes."""
-        return _line(self.measured())
+        least 0); None under two sizes. Computed once per measurement (asked several times a step)."""
+        if self._fit is None:
+            self._fit = (_line(self.measured()),)
+        return self._fit[0]
 
     @staticmethod
     def _estimate(pts: list[tuple[int, float]], n: int) -> float:

@@ -70,8 +70,10 @@ class StepTimes:
         per-token average would charge n times (on the demo pair's draft 12 ms for one token,
         6.7 ms a token for two, 2.6 for 128); 0 before any was measured, n times the average
         per token while one size was."""
-        if n <= 0 or self.fed.line() is None:
-            return n * self.feed_slope() if n > 0 else 0.0  # one size: no fixed part told apart yet
+        if n <= 0:
+            return 0.0
+        if self.fed.line() is None:  # one size: no fixed part told apart yet
+            return n * self.feed_slope()
         top = self.fed.n_max  # past the sizes timed: on along the slope
         return self.fed.cost(min(n, top)) + max(0, n - top) * self.feed_slope()
 
