@@ -303,6 +303,46 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     assert not ctrl._unscored  # answered: no probe follows
 
 
+def _plain_until_a_check_is_due_later(ctrl: AdaptiveK, m: Answering) -> None:
+    drive(ctrl, m, 300)
+    assert ctrl._plain
+    while ctrl._recover_at <= ctrl.steps + 2:  # just past a check: the next is some steps away
+        ctrl.observe(m.step(ctrl.plan(m.lag)))
+
+
+@pytest.mark.parametrize("begin", [True, False])
+def test_a_new_request_checks_plain_decoding_left_over_from_the_last_answer_at_once(begin: bool) -> None:
+    # the last answer ended on text the draft got wrong; a new request is a new text, and the
+    # draft has just read its prompt, so the first step tests the model (a probe: no lag)
+    ctrl, m = AdaptiveK(), Answering(0.15)
+    _plain_until_a_check_is_due_later(ctrl, m)
+    m.lag = 0  # the draft synced the new prompt
+    if begin:
+        ctrl.begin()
+    first = ctrl.plan(m.lag)
+    assert (first.k > 0) is begin
+
+
+def test_a_recovery_probe_a_lookup_step_took_the_place_of_comes_at_the_next_step() -> None:
+    ctrl, m = AdaptiveK(), Answering(0.15)
+    _plain_until_a_check_is_due_later(ctrl, m)
+    ctrl.begin()
+    m.lag = 0
+    taken = []
+
+    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple) -> Plan:
+        taken.append(plan)
+        return Plan(2, source=LOOKUP)
+
+    ctrl._lookup_or = lookup_wins  # type: ignore[method-assign]
+    offer = Proposal(tokens=(7, 8), n=3, source=0, seen=1, agree=1)
+    assert ctrl.plan(m.lag, offer).source == LOOKUP and taken[0].k > 0  # a probe, displaced
+    ctrl.observe(StepOutcome(2, 2, 0.0, 0.03, 0.03, source=LOOKUP, match=3))
+    m.lag = 3
+    nxt = ctrl.plan(m.lag)
+    assert nxt.score or nxt.k > 0  # the check comes now (scored: the draft lags), not a gap later
+
+
 def test_only_tokens_the_draft_has_not_seen_keep_their_p() -> None:
     # a model-only run keeps no p(x) beyond the draft's last gap (bounded memory)
     from edgespec.core.controller import FixedK

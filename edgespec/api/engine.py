@@ -348,6 +348,7 @@ class Engine:
         key = round(temperature, 2)
         ctrl = self._adaptive.pop(key, None) or AdaptiveK(times=self._step_times, model=model)
         ctrl.p_min = self.p_min
+        ctrl.begin()
         self._adaptive[key] = ctrl  # most recently used last
         while len(self._adaptive) > TEMPERATURES_KEPT:
             self._adaptive.popitem(last=False)

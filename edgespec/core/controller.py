@@ -26,21 +26,21 @@ text, and a change test that jumps to a turned text within a few steps.
 Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
 fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
 When K = 0 wins it decodes plainly and, to notice when the text turns, now and then
-plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it
-missed and scores each with the probability a draft of it would have been accepted
-(StepOutcome.scores, Acceptance.observe_scores). Every token of the plain stretch is
-evidence, for the price of the catch-up alone. The next one comes after enough plain
-steps that the typical recent catch-up (`StepTimes.catch_up`) would be PROBE_BUDGET of
-their time (an aim: a catch-up feeds every token since the last). Charged whole, the gap
-grows with the catch-up it feeds wherever a fed token costs more than PROBE_BUDGET of a
-plain step: right where drafting never comes back, late where it does. So once a return
-has paid (its drafting stretch saved more than a catch-up costs), a check is charged its
-fixed part alone (`StepTimes.catch_up_fixed`): the tokens it feeds are fed at the return
-anyway (README, "The K controller": figures, and what was tried instead). Without scores
-(penalties or a grammar: rows that depend on a history it cannot replay) it probes K = 1
-or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth its
-expected tokens, plus the catch-up) aims at the same share, and again at once after a
-probe whose drafts were all accepted. Leaving plain needs a predicted gain of LEAVE_PLAIN.
+plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it missed
+and scores each with the chance a draft of it would have been accepted
+(Acceptance.observe_scores): every token of the plain stretch is evidence, for the price
+of the catch-up. The next comes after enough plain steps that the typical catch-up
+(`StepTimes.catch_up`) would be PROBE_BUDGET of their time; once a return has paid (its
+drafting stretch saved more than a catch-up costs), a check is charged its fixed part
+alone (`StepTimes.catch_up_fixed`), as the tokens it feeds are fed at the return anyway
+(charged whole, the gap would grow with the catch-up it feeds; README, "The K
+controller"). Without scores (penalties or a grammar: rows that depend on a history it
+cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss (its step
+beyond the plain steps worth its expected tokens, plus the catch-up) aims at the same
+share, and again at once after a probe whose drafts were all accepted. A check a lookup
+step took the place of comes at the next step, and a new request (`begin`: a new text,
+the draft has just read its prompt) checks at its first. Leaving plain needs a predicted
+gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
@@ -55,14 +55,13 @@ probability of the token it drafted, untempered at temperature 0). Pure: no mode
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 from . import defaults
 from .acceptance import SURE_EDGES, Acceptance
 from .lookup import Proposal
 from .lookup_policy import DECAY as LOOKUP_DECAY
 from .lookup_policy import LookupPolicy
-from .plans import LOOKUP, MODEL, Plan, StepOutcome
+from .plans import LOOKUP, MODEL, Controller, FixedK, Plan, StepOutcome
 from .step_times import StepTimes
 
 __all__ = ["LOOKUP", "MODEL", "AdaptiveK", "Controller", "FixedK", "Plan", "StepOutcome", "StepTimes"]
@@ -73,44 +72,6 @@ PROBE_EVERY = 8  # a neighbour of the best K every 8 steps: near the best, a pro
 PROBE_BUDGET = 0.03  # while plain wins, what scored catch-ups or recovery probes aim to cost (share of time)
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding (the draft must catch up first)
 ALWAYS = 1.01  # a threshold above every confidence: stop after each token
-
-
-class Controller(Protocol):
-    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
-        """The next step's plan. `lag`: tokens the draft model would have to catch up first;
-        `proposal`: what prompt lookup offers for this step (None: lookup is off)."""
-        ...
-
-    def observe(self, outcome: StepOutcome) -> None: ...
-
-    def extension(self, proposal: Proposal, drafted: int) -> int:
-        """For plans with `extend`: lookup tokens to end a draft of `drafted` model tokens with."""
-        ...
-
-
-class FixedK:
-    """Always K draft tokens: from the draft model when there is one (a fixed `p_min` may
-    still stop drafting early), else from prompt lookup when it has a proposal."""
-
-    def __init__(self, k: int, p_min: float = 0.0, *, model: bool = True) -> None:
-        if k < 0:
-            raise ValueError("k must be >= 0")
-        self.k = k
-        self.model = model
-        self._plan = Plan(k, stop_below=p_min, want_sure=p_min > 0.0)
-
-    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
-        if self.model:
-            return self._plan
-        if proposal is not None and proposal.tokens and self.k:
-            return Plan(min(self.k, len(proposal.tokens)), source=LOOKUP)
-        return Plan(0)
-
-    def observe(self, outcome: StepOutcome) -> None:
-        pass
-
-    def extension(self, proposal: Proposal, drafted: int) -> int:
-        return 0  # never asked: a fixed K's plans do not extend
 
 
 class AdaptiveK:
@@ -259,7 +220,14 @@ class AdaptiveK:
         chosen = self._lookup_or(plan, proposal, alternative, feed)
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
+        elif self._plain and plan.k and chosen.source == LOOKUP:
+            self._recover_at = self.steps + 1  # and the same for a recovery probe
         return chosen
+
+    def begin(self) -> None:
+        """A new request: plain decoding left from the last answer is checked at once."""
+        if self._plain and self._paid:
+            self._recover_at = self.steps + 1
 
     def extension(self, proposal: Proposal, drafted: int) -> int:
         """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens

@@ -1,8 +1,13 @@
-"""What a controller tells the decoder before a step (Plan) and hears back after it (StepOutcome)."""
+"""What a controller tells the decoder before a step (Plan) and hears back after it
+(StepOutcome); the protocol a controller keeps, and the simplest one, a fixed K
+(the adaptive one: controller.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+from .lookup import Proposal
 
 MODEL, LOOKUP = "model", "lookup"  # the draft sources
 
@@ -45,3 +50,48 @@ class StepOutcome:
         source (the copy is tested only where every own draft was accepted)."""
         own = self.k - self.extended
         return own, min(self.n_accepted, own), self.extended, max(0, self.n_accepted - own)
+
+
+class Controller(Protocol):
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
+        """The next step's plan. `lag`: tokens the draft model would have to catch up first;
+        `proposal`: what prompt lookup offers for this step (None: lookup is off)."""
+        ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+    def begin(self) -> None:
+        """A new request starts (the engine keeps an adaptive controller across requests)."""
+        ...
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        """For plans with `extend`: lookup tokens to end a draft of `drafted` model tokens with."""
+        ...
+
+
+class FixedK:
+    """Always K draft tokens: from the draft model when there is one (a fixed `p_min` may
+    still stop drafting early), else from prompt lookup when it has a proposal."""
+
+    def __init__(self, k: int, p_min: float = 0.0, *, model: bool = True) -> None:
+        if k < 0:
+            raise ValueError("k must be >= 0")
+        self.k = k
+        self.model = model
+        self._plan = Plan(k, stop_below=p_min, want_sure=p_min > 0.0)
+
+    def plan(self, lag: int = 0, proposal: Proposal | None = None) -> Plan:
+        if self.model:
+            return self._plan
+        if proposal is not None and proposal.tokens and self.k:
+            return Plan(min(self.k, len(proposal.tokens)), source=LOOKUP)
+        return Plan(0)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def begin(self) -> None:
+        pass
+
+    def extension(self, proposal: Proposal, drafted: int) -> int:
+        return 0  # never asked: a fixed K's plans do not extend
