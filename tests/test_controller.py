@@ -136,6 +136,25 @@ def test_one_slow_moment_does_not_bend_the_cost_curve() -> None:
     assert curve[11] == pytest.approx(0.064 + 0.004)
 
 
+def line_times(ks: tuple[int, ...], t0: float = 0.030, per_k: float = 0.016) -> StepTimes:
+    times = StepTimes()
+    for k in ks:
+        for _ in range(3):
+            times.add(k, t0 + per_k * k, 0.012 * k)
+    return times
+
+
+def test_a_k_timed_once_does_not_bend_the_curve_until_a_second_step_confirms_it() -> None:
+    # a new batch shape's first call is slow (llama.cpp builds its graph): one K = 9 step at
+    # 1.5x the line must not make K = 8-12 look dear; a second step is trusted
+    times = line_times((0, 4, 6))
+    times.add(9, 1.5 * (0.030 + 0.016 * 9), 0.108)
+    assert times.frontier() == 9  # it was tried: the range grows from there
+    assert times.curve()[9] == pytest.approx(0.030 + 0.016 * 9)
+    times.add(9, 0.030 + 0.016 * 9 + 0.002, 0.108)
+    assert times.curve()[9] == pytest.approx(0.030 + 0.016 * 9 + 0.002)  # the faster of two
+
+
 def test_the_k_range_follows_a_machine_whose_verify_is_flat() -> None:
     # a GPU-like target: verifying up to 16 tokens costs one pass; a cheap draft
     m = Machine(0.95, 0.0004, 0.010, 0.2, knee=16, seed=11)

@@ -6,7 +6,9 @@ two models). `curve()` makes it usable everywhere in 0..k_max:
 
   * measured K: the median of the last few whole steps of that K, then smoothed to be
     non-decreasing in K (more drafting never makes a step cheaper; a slow moment at
-    one K is pooled with its neighbours rather than trusted);
+    one K is pooled with its neighbours rather than trusted). A K timed once counts only
+    from its second step (a new batch shape's first call is slow: on the demo pair a
+    K = 13 step took 304 ms where the line through its neighbours said about 255);
   * between measured K: a straight line between the neighbours;
   * past the largest measured K (the frontier): the step grows as the last measured
     stretch did, and at least by the draft's own cost, `draft_slope()` per token (a
@@ -18,7 +20,9 @@ two models). `curve()` makes it usable everywhere in 0..k_max:
     Tried and dropped: the same reach with only the draft's cost past the frontier (it
     overshot on the demo pair's CPU line, up to K = 22: 0.84-0.93x the best fixed K),
     and reaching far only while the verify stayed flat (no better on the simulated
-    machines than one K at a time).
+    machines than one K at a time). Also dropped, twice: a steadier slope past the
+    frontier (the median slope, or a least-squares line, over the measured upper half):
+    neutral on the simulated machines, 0.98x and 0.94-1.00x in paired runs on the demo pair.
 
 One `StepTimes` per engine, shared by its controllers (costs are the machine's,
 acceptance is the temperature's). Also holds the target's `VerifyTimes` (time per
@@ -129,6 +133,9 @@ class StepTimes:
     def _fit(self, top: int) -> list[float]:
         """The curve up to K = top (past the frontier nothing is chosen, so nothing is needed)."""
         pts = [(k, r.value, float(min(len(r.samples), 5))) for k, r in enumerate(self.by_k) if r.n]
+        confirmed = [p for p in pts if p[2] >= 2]
+        if len(confirmed) >= 2:
+            pts = confirmed  # a K timed once is not trusted yet (a new batch shape's first call is slow)
         if not pts:
             return [0.0] * (top + 1)
         ks, ts = _monotone(pts)
