@@ -303,31 +303,45 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     assert not ctrl._unscored  # answered: no probe follows
 
 
-def _plain_until_a_check_is_due_later(ctrl: AdaptiveK, m: Answering) -> None:
-    drive(ctrl, m, 300)
-    assert ctrl._plain
-    while ctrl._recover_at <= ctrl.steps + 2:  # just past a check: the next is some steps away
+def _plain_until_a_check_is_due_later(ctrl: AdaptiveK, drafting_paid: bool) -> Answering:
+    """An answer that ends on text the draft gets wrong, after (or without) a stretch where
+    drafting paid; driven until the next check is some steps away."""
+    m = Answering(0.15)
+    if drafting_paid:
+        good = Answering(0.95, seed=1)
+        drive(ctrl, good, 200)
+        m.lag = good.lag
+    drive(ctrl, m, 60 if drafting_paid else 300)
+    assert ctrl._plain and ctrl._paid is drafting_paid
+    while ctrl._recover_at <= ctrl.steps + 2:
         ctrl.observe(m.step(ctrl.plan(m.lag)))
+    m.lag = 0  # the draft has synced the next request's prompt
+    return m
 
 
 @pytest.mark.parametrize("begin", [True, False])
 def test_a_new_request_checks_plain_decoding_left_over_from_the_last_answer_at_once(begin: bool) -> None:
-    # the last answer ended on text the draft got wrong; a new request is a new text, and the
-    # draft has just read its prompt, so the first step tests the model (a probe: no lag)
-    ctrl, m = AdaptiveK(), Answering(0.15)
-    _plain_until_a_check_is_due_later(ctrl, m)
-    m.lag = 0  # the draft synced the new prompt
+    # a new request is a new text, and the draft has just read its prompt, so the first step
+    # tests the model (a probe: there is no lag to feed)
+    ctrl = AdaptiveK()
+    m = _plain_until_a_check_is_due_later(ctrl, drafting_paid=True)
     if begin:
         ctrl.begin()
-    first = ctrl.plan(m.lag)
-    assert (first.k > 0) is begin
+    assert (ctrl.plan(m.lag).k > 0) is begin
+
+
+def test_a_new_request_is_not_probed_where_drafting_never_paid() -> None:
+    # a machine or pair where speculation does not pay is not charged a probe per request
+    ctrl = AdaptiveK()
+    m = _plain_until_a_check_is_due_later(ctrl, drafting_paid=False)
+    ctrl.begin()
+    assert ctrl.plan(m.lag).k == 0
 
 
 def test_a_recovery_probe_a_lookup_step_took_the_place_of_comes_at_the_next_step() -> None:
-    ctrl, m = AdaptiveK(), Answering(0.15)
-    _plain_until_a_check_is_due_later(ctrl, m)
+    ctrl = AdaptiveK()
+    m = _plain_until_a_check_is_due_later(ctrl, drafting_paid=True)
     ctrl.begin()
-    m.lag = 0
     taken = []
 
     def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple) -> Plan:
