@@ -4,9 +4,11 @@ No machine prior: the curve T(K) is whatever this machine measured, in any shape
 CPU's line, a GPU's flat-then-rising verify, a fixed cost for switching between the
 two models). `curve()` makes it usable everywhere in 0..k_max:
 
-  * measured K: the median of the last few whole steps of that K, then smoothed to be
-    non-decreasing in K (more drafting never makes a step cheaper; a slow moment at
-    one K is pooled with its neighbours rather than trusted). A K timed once counts only
+  * measured K: the median of the last few whole steps of that K, nudged (at most NUDGE)
+    towards a curve that bends little (`_smooth`: each K's median comes from another
+    moment of a shared machine, older ones weigh less), then made non-decreasing in K
+    (more drafting never makes a step cheaper; a slow moment at one K is pooled with its
+    neighbours rather than trusted). A K timed once counts only
     from its second step (a new batch shape's first call is slow: on the demo pair a
     K = 13 step took 304 ms where the line through its neighbours said about 255);
   * between measured K: a straight line between the neighbours;
@@ -33,11 +35,18 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from . import defaults
 from .lookup_policy import VerifyTimes
 from .recent import Recent
 
 CATCH_UP_N_MAX = 256  # scored catch-ups timed per size up to this many tokens fed
+# the bend a step's cost may take between two measured K, against a K's own median (of up to
+# 5 steps): 1 halves a lone K's deviation from its neighbours' line, a knee keeps most of its bend
+BEND = 1.0
+NUDGE = 0.05  # the most the fit moves a K's median: about the spread of a median of 5 shared-machine steps
+AGE_HALF = 100.0  # steps after which a K's median counts half in the fit: the machine's load moves
 
 
 class StepTimes:
@@ -52,11 +61,13 @@ class StepTimes:
         self.fed = VerifyTimes(CATCH_UP_N_MAX)  # unscored catch-ups by tokens fed (feed_cost)
         self.scored = VerifyTimes(CATCH_UP_N_MAX)  # scored catch-ups by tokens fed (the same per-size table)
         self.clock = 0
+        self._at = [0] * (k_max + 1)  # the clock when each K was last timed
         self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
         if k <= self.k_max:
+            self._at[k] = self.clock
             self.by_k[k].add(seconds)
             if k:
                 self.draft_by_k[k].add(draft_s)
@@ -132,13 +143,19 @@ class StepTimes:
 
     def _fit(self, top: int) -> list[float]:
         """The curve up to K = top (past the frontier nothing is chosen, so nothing is needed)."""
-        pts = [(k, r.value, float(min(len(r.samples), 5))) for k, r in enumerate(self.by_k) if r.n]
-        confirmed = [p for p in pts if p[2] >= 2]
+        timed = [k for k, r in enumerate(self.by_k) if r.n]
+        confirmed = [k for k in timed if len(self.by_k[k].samples) >= 2]
         if len(confirmed) >= 2:
-            pts = confirmed  # a K timed once is not trusted yet (a new batch shape's first call is slow)
+            timed = confirmed  # a K timed once is not trusted yet (a new batch shape's first call is slow)
+        # each K's weight: its steps (up to 5), halved every AGE_HALF steps since it was last timed
+        # (down to a thousandth: an ancient median still counts where nothing newer is near)
+        pts = []
+        for k in timed:
+            r, age = self.by_k[k], self.clock - self._at[k]
+            pts.append((k, r.value, min(len(r.samples), 5) * max(1e-3, 0.5 ** (age / AGE_HALF))))
         if not pts:
             return [0.0] * (top + 1)
-        ks, ts = _monotone(pts)
+        ks, ts = _monotone(_smooth(pts))
         slope = self.draft_slope()
         if len(ks) >= 2 and ks[-1] > 1:
             # past the frontier the step grows at least as the last measured stretch did (a
@@ -157,6 +174,34 @@ class StepTimes:
                 t = ts[j - 1] + (k - ks[j - 1]) / (ks[j] - ks[j - 1]) * (ts[j] - ts[j - 1])
             out.append(max(t, out[-1]) if out else t)
         return out
+
+
+def _smooth(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """The draft steps' medians (K >= 1, sorted by K) pulled towards a curve that bends little,
+    each by at most NUDGE of itself: the least squares of weight * (t - f)^2 + BEND * (each
+    change of slope between measured neighbours)^2 (a Whittaker smoother over irregular K),
+    clipped. On a shared machine each K's median comes from another moment, and a K a few
+    percent cheap or dear beside its neighbours is where the controller would sit (on the
+    demo pair: K = 6 measured 116 ms between 108 and 140, where the line through them says
+    122 and 138: 0.89-0.92x the best fixed K on three prompts). The clip keeps a knee, or a
+    stale median from a slow minute (the fit cannot tell them apart), from bending its
+    neighbours further. Points on a straight line, and any two, come back as they were; K = 0
+    is kept as measured (the switch to drafting costs what it costs: a step, not a bend)."""
+    head = [p for p in pts if p[0] == 0]
+    body = [p for p in pts if p[0] > 0]
+    n = len(body)
+    if n < 3:
+        return pts
+    ks = np.array([p[0] for p in body], dtype=float)
+    ts = np.array([p[1] for p in body])
+    w = np.array([p[2] for p in body])
+    inv, rows = 1.0 / np.diff(ks), np.arange(n - 2)
+    d = np.zeros((n - 2, n))  # row i: the slope after point i + 1 minus the slope before it
+    d[rows, rows], d[rows, rows + 2] = inv[:-1], inv[1:]
+    d[rows, rows + 1] = -inv[:-1] - inv[1:]
+    f = np.linalg.solve(np.diag(w) + BEND * d.T @ d, w * ts)
+    f = np.clip(f, (1 - NUDGE) * ts, (1 + NUDGE) * ts)
+    return head + [(k, float(t), wt) for (k, _, wt), t in zip(body, f)]
 
 
 def _monotone(pts: list[tuple[int, float, float]]) -> tuple[list[int], list[float]]:
