@@ -152,7 +152,7 @@ def test_a_k_timed_once_does_not_bend_the_curve_until_a_second_step_confirms_it(
     assert times.frontier() == 9  # it was tried: the range grows from there
     assert times.curve()[9] == pytest.approx(0.030 + 0.016 * 9)
     times.add(9, 0.030 + 0.016 * 9 + 0.002, 0.108)
-    assert times.curve()[9] > 0.030 + 0.016 * 9 + 0.001  # trusted: the line through its neighbours bends to it
+    assert times.curve()[9] > 0.030 + 0.016 * 9 + 0.001  # trusted (nudged at most 5% towards its neighbours)
 
 
 def test_the_k_range_follows_a_machine_whose_verify_is_flat() -> None:
@@ -405,7 +405,7 @@ def test_smoothing_keeps_a_knee_and_a_stale_median_does_not_bend_its_neighbours(
         for _ in range(5):
             times.add(k, knee(k), 0.001 * k)
     assert all(abs(c / knee(k) - 1) <= 0.05 for k, c in enumerate(times.curve()[:13]))
-    # K = 4 timed twice in a slow minute (2.5x), 300 steps ago; its neighbours timed since
+    # K = 4 timed twice in a slow minute (2.5x), 500 steps ago; its neighbours timed since
     stale = StepTimes()
     for _ in range(2):
         stale.add(4, 2.5 * knee(4), 0.004)
