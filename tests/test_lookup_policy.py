@@ -54,6 +54,15 @@ def test_match_lengths_keep_their_own_records() -> None:
     assert policy.best(4, L_MAX)[1] > 2 * policy.best(2, L_MAX)[1]
 
 
+def test_a_long_match_starts_from_the_shorter_matches_record_and_then_keeps_its_own() -> None:
+    policy = LookupPolicy(measured())
+    feed(policy, 4, 1.0, 30)  # matches of 4-7 tokens: copies that hold
+    assert policy.alpha(20)[0] == pytest.approx(policy.alpha(5)[0], abs=0.02)  # nothing seen at 16+ yet
+    assert policy.alpha(20)[10] > 0.9 and policy.alpha(2)[0] == pytest.approx(0.5)  # short ones: the prior
+    feed(policy, 20, 0.0, 30)  # then copies matched on 16+ tokens that break at once
+    assert policy.alpha(20)[0] < 0.3 and policy.alpha(5)[0] > 0.9
+
+
 def test_evidence_fades_so_lookup_is_tried_again() -> None:
     policy = LookupPolicy(measured())
     feed(policy, 3, 0.0, 30)
@@ -118,17 +127,37 @@ def _hybrid_measured(catch_up_per_token: float) -> AdaptiveK:
     return ctrl
 
 
+def _copying(ctrl: AdaptiveK, steps: int, offer: Proposal) -> None:
+    """A copy run: lookup's proposals are accepted whole, the model's drafts a third of the
+    time, so lookup takes the steps from the model (a caught-up one too)."""
+    for _ in range(steps):
+        plan = ctrl.plan(0, offer)
+        k = plan.k
+        if plan.source == LOOKUP:
+            ctrl.observe(StepOutcome(k, k, 0.0, cpu_like(k + 1), cpu_like(k + 1), source=LOOKUP, match=4))
+        else:
+            ctrl.observe(StepOutcome(k, k // 3, 0.004 * k, cpu_like(k + 1), cpu_like(k + 1) + 0.004 * k, match=4))
+
+
 def test_a_copy_seen_only_by_shadow_scores_is_taken_and_the_draft_catch_up_is_charged() -> None:
     offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
     cheap = _hybrid_measured(0.0005)
     assert cheap.plan(0, offer).source == LOOKUP  # never verified, known from shadow scores
     # with a dear catch-up, a long lag makes the model's step dearer than the lookup proposal's
-    # even when lookup's record is modest (and the copy is charged feeding its own tokens later)
+    # even when lookup's record is modest (and the copy is charged feeding its own tokens later),
+    # where lookup has been taking steps from the model: the catch-up would buy few model steps
     for lag, want in ((0, "model"), (60, LOOKUP)):
         ctrl = _hybrid_measured(0.005)
+        _copying(ctrl, 20, offer)
         for _ in range(30):
             ctrl.lookup.record(4, 6, 2)  # lookup: 2 of 6 accepted of late
         assert ctrl.plan(lag, offer).source == want, lag
+    # where it has not (lookup's proposals never beat the model's drafts), the catch-up is paid
+    # once and buys a stretch of model steps: the model drafts
+    ctrl = _hybrid_measured(0.005)
+    for _ in range(30):
+        ctrl.lookup.record(4, 6, 2)
+    assert ctrl.plan(60, offer).source == MODEL
 
 
 def test_after_a_copy_run_a_poor_lookup_does_not_shut_the_model_out() -> None:
@@ -159,17 +188,19 @@ def test_after_a_copy_run_a_poor_lookup_does_not_shut_the_model_out() -> None:
 
 def test_a_probe_of_a_neighbouring_k_waits_for_a_step_without_a_long_catch_up() -> None:
     # in a copy run (lookup steps) the draft lags far behind; while feeding it does not pay, no
-    # model step is planned, not even the probe of a neighbouring K due every PROBE_EVERY steps
+    # model step is planned, not even the probe of a neighbouring K due every PROBE_EVERY steps,
+    # on the steps where lookup has nothing to offer
+    offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
     ctrl = _hybrid_measured(0.005)
-    lookup_step = StepOutcome(8, 8, 0.0, cpu_like(9), cpu_like(9), source=LOOKUP, match=4)
-    for _ in range(20):
-        ctrl.observe(lookup_step)  # the copy run so far: lookup's share of recent steps is high
+    _copying(ctrl, 20, offer)  # the copy run so far: lookup takes the steps from the model
     ks = []
     for _ in range(5 * PROBE_EVERY):  # a whole cycle of probes: K + 1, K - 1, K + 1, plain
-        ctrl.observe(lookup_step)
+        _copying(ctrl, 1, offer)
         ks.append(ctrl.plan(200, None).k)  # this step lookup has nothing to offer
     assert ks == [0] * len(ks)
     assert ctrl.plan(0, None).k > 0  # with the draft caught up, the model drafts
+    # once lookup has offered nothing for a while, the catch-up buys model steps again
+    assert any(ctrl.plan(200, None).k > 0 for _ in range(30))
 
 
 def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds() -> None:

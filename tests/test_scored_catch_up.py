@@ -280,7 +280,7 @@ def test_a_lookup_step_in_place_of_a_scored_catch_up_defers_it_to_the_next_plain
     taken = []
     offer = Proposal(tokens=(7, 8), n=3, source=0, seen=1, agree=1)  # lookup has something every step
 
-    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple) -> Plan:
+    def lookup_wins(plan: Plan, offer: tuple, speed: float) -> Plan:
         if plan.score and not taken:  # lookup is taken in place of the scored catch-up, and only there
             taken.append(plan)
             return Plan(2, source=LOOKUP)
@@ -344,7 +344,7 @@ def test_a_recovery_probe_a_lookup_step_took_the_place_of_comes_at_the_next_step
     ctrl.begin()
     taken = []
 
-    def lookup_wins(plan: Plan, proposal: object, speed: float, feed: tuple) -> Plan:
+    def lookup_wins(plan: Plan, offer: tuple, speed: float) -> Plan:
         taken.append(plan)
         return Plan(2, source=LOOKUP)
 

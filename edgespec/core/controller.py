@@ -101,7 +101,7 @@ class AdaptiveK:
         self._probes = 0
         self._plain = False  # plain decoding chosen (not a probe)
         self._recover_at = 0
-        self._lookup_share = 0.0  # lookup steps' share of recent steps (decayed like lookup's record)
+        self._lookup_share = 0.0  # the share of recent steps lookup would take from a caught-up model
         self._score = False  # the next plain step catches the draft up and scores what it missed
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
@@ -194,7 +194,7 @@ class AdaptiveK:
         plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
         if not self.model:
-            return self._lookup_or(Plan(0), proposal, self.lookup.plain_speed(), (0.0, 0.0))
+            return self._lookup_or(Plan(0), self._offer(proposal, (0.0, 0.0)), self.lookup.plain_speed())
         best = self.best_k()
         warming = self.steps <= len(self._warmup)
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
@@ -208,16 +208,23 @@ class AdaptiveK:
             self._asked = True
         if warming or best < 0:
             return plan  # the model's costs are being measured
+        # lookup must beat plain too (else it beats a lag-charged model forever); both pay what they add to a catch-up
+        feed = (self.times.feed_fixed() if lag <= 1 else 0.0, self.times.feed_slope())
+        offer = self._offer(proposal, feed)
+        # how often lookup would take a step from a caught-up model: what a catch-up of the draft
+        # buys is the model steps until then (counted whatever was chosen: the share of steps
+        # lookup did take grows while the model sits out, and with it the charge that keeps it out)
+        wins = offer[0] > 0 and offer[1] > max(self.speed(best), self.lookup.plain_speed(*feed))
+        self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
         if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
             # not worth feeding the draft what it missed: lookup will soon take over again (a
             # probe of a neighbouring K too: measuring a cost can wait for a step without a catch-up)
             plan = Plan(0)
-        if proposal is None or not proposal.tokens:
+        if not offer[0]:
             return plan
-        # lookup must beat plain too (else it beats a lag-charged model forever); both pay what they add to a catch-up
-        feed = (self.times.feed_fixed() if lag <= 1 else 0.0, self.times.feed_slope())
-        alternative = max(self._model_speed(k, lag) if plan.k else 0.0, self.lookup.plain_speed(*feed))
-        chosen = self._lookup_or(plan, proposal, alternative, feed)
+        share = self._lookup_share
+        alternative = max(self._model_speed(k, lag, share) if plan.k else 0.0, self.lookup.plain_speed(*feed))
+        chosen = self._lookup_or(plan, offer, alternative)
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
         elif self._plain and plan.k and chosen.source == LOOKUP:
@@ -232,8 +239,10 @@ class AdaptiveK:
     def extension(self, proposal: Proposal, drafted: int) -> int:
         """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens
         (Plan.extend: asked after each model token). Looked-up tokens cost no draft time, a
-        longer verify, and (each one accepted) a later catch-up of the draft; they are taken
-        when the step's expected tokens per second with them beat the model's plan. That is
+        longer verify, and (each one accepted) a later catch-up of the draft, whose fixed part
+        is paid once any copied token is accepted (on the demo pair a 3-token catch-up took
+        21 ms, more than the draft token one copied token saved); they are taken when the
+        step's expected tokens per second with them beat the model's plan. That is
         where a copy resumes after a change: the model drafts the change, lookup the copy
         after it. Lossless: a looked-up token is a deterministic function of the tokens
         before it, so its q is one-hot; the model's tokens keep their own q."""
@@ -247,34 +256,43 @@ class AdaptiveK:
         # or lookup copies j tokens: no draft time, a longer verify, and each copied token
         # accepted must still be fed to the draft before it drafts again
         base = curve[drafted] - verify(drafted + 1)
-        tax = self.times.feed_slope()
-        take, copied, run, gain = 0, 0.0, reach, 0.0
+        tax, fixed = self.times.feed_slope(), self.times.feed_fixed()
+        take, copied, run, gain, first = 0, 0.0, reach, 0.0, 0.0
         for j, a in enumerate(self.lookup.alpha(proposal.n)[: len(proposal.tokens)], start=1):
             run *= a
             gain += run
-            t = base + verify(drafted + j + 1) + gain * tax
+            first = first or run  # the chance a copied token is accepted: the draft then lags
+            # by two or more, which the decoder feeds in a call of its own (its fixed part too)
+            t = base + verify(drafted + j + 1) + gain * tax + first * fixed
             if t > 0 and (sure + gain) / t > copied:
                 take, copied = j, (sure + gain) / t
         return take if copied > model else 0
 
-    def _model_speed(self, k: int, lag: int, share: float = 1.0) -> float:
+    def _model_speed(self, k: int, lag: int, share: float) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
-        plain steps). Against a lookup proposal that catch-up is this step's cost (`share`
-        1); against a plain step it buys the model steps until lookup takes over again,
-        about 1 / (lookup's share of recent steps), so only that share is charged (none
-        on text lookup does not draft: a long lag is paid once and the model keeps going)."""
+        plain steps). The catch-up buys the model steps until lookup takes over again, about
+        1 / `share` of them (the share of recent steps lookup would take from a caught-up
+        model), so only that share of it is charged: none on text lookup does not copy, where
+        a long lag is paid once and the model keeps going. Charged whole against every
+        proposal, a lag grown over a copy kept the model out after the copy ended (rename at
+        T = 0: one-token lookups accepted a fifth of the time and plain steps for 150 tokens,
+        where the model drafts 6 of 6)."""
         costs = self.step_costs()
         t = costs[k] if k < len(costs) else 0.0
         if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
             return self.speed(k)
         return self.speed(k) * t / (t + share * self.times.feed_cost(lag))
 
-    def _lookup_or(self, plan: Plan, proposal: Proposal | None, speed: float, feed: tuple[float, float]) -> Plan:
-        """The lookup draft when it is expected to be faster than `plan` (at `speed`); `feed`:
-        what it adds to the draft's next catch-up, (fixed, per token), see LookupPolicy.best."""
+    def _offer(self, proposal: Proposal | None, feed: tuple[float, float]) -> tuple[int, float]:
+        """(k, expected tokens per second) of lookup's best draft from `proposal`; `feed`: what
+        it adds to the draft's next catch-up, (fixed, per token), see LookupPolicy.best."""
         if proposal is None or not proposal.tokens:
-            return plan
-        k, lookup_speed = self.lookup.best(proposal.n, len(proposal.tokens), *feed)
+            return 0, 0.0
+        return self.lookup.best(proposal.n, len(proposal.tokens), *feed)
+
+    def _lookup_or(self, plan: Plan, offer: tuple[int, float], speed: float) -> Plan:
+        """The lookup draft `offer` (k, speed) when it is expected to be faster than `plan` (at `speed`)."""
+        k, lookup_speed = offer
         if k == 0 or lookup_speed <= speed:
             return plan
         plain = self.lookup.plain_speed()
@@ -330,7 +348,6 @@ class AdaptiveK:
 
     def observe(self, o: StepOutcome) -> None:
         self._seen += 1
-        self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * (o.source == LOOKUP)
         self.times.verify.add(o.k + 1, o.verify_s)
         if o.source == LOOKUP:
             # a free draft: its own acceptance record; the model's step costs and acceptance
