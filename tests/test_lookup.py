@@ -12,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from edgespec.core.lookup import NO_PROPOSAL, RESYNC_SKIP, RESYNC_WINDOW, TAIL, VOTES, LookupIndex, Proposal
+from edgespec.core.lookup import (
+    MATCH_MAX,
+    NO_PROPOSAL,
+    RESYNC_SKIP,
+    RESYNC_WINDOW,
+    TAIL,
+    VOTES,
+    LookupIndex,
+    Proposal,
+)
 from edgespec.core.sampling import Dist
 from edgespec.core.verify import residual, verify
 
@@ -38,6 +47,17 @@ def test_longest_matching_ngram_wins_over_a_more_recent_shorter_one() -> None:
     seq = [9, 1, 2, 5, 7, 1, 2, 6, 9, 1, 2]  # (1, 2) last followed by 6, (9, 1, 2) by 5
     p = index_over(seq).propose(1)
     assert (p.tokens, p.n) == ((5,), 3)
+
+
+def test_a_match_of_the_longest_gram_is_measured_as_far_back_as_the_copy_holds() -> None:
+    sentence = list(range(100, 130))
+    # seven tokens agree before the source (the 4-gram and three more), then the copy was edited
+    p = index_over([*sentence, 0, 1, 2, 999, *sentence[10:17]]).propose(3)
+    assert (p.tokens, p.n, p.source) == (tuple(sentence[17:20]), 7, 17)
+    p = index_over([*sentence, 0, *sentence[:25]]).propose(3)  # a long copy: measured up to MATCH_MAX
+    assert p.n == MATCH_MAX
+    assert index_over([*sentence, 0, *sentence[:2]], n_max=4).propose(3).n == 2  # a shorter gram: as matched
+    assert index_over([5, 6, 7, 8, 9, 5, 6, 7, 8]).propose(1).n == 4  # the context starts before the source
 
 
 def test_most_recent_occurrence_wins_and_disagreement_is_reported() -> None:
@@ -239,7 +259,11 @@ def reference(seq: Sequence[int], start: int, n_min: int, n_max: int, k: int) ->
                 full.append(full[found[0] + j])  # an overlapping copy
             tokens = tuple(full[end:])
             agree = sum(seq[e] == tokens[0] for e in found[:VOTES])
-            return Proposal(tokens, n, found[0], min(len(found), VOTES), agree)
+            m = n  # a match of the longest gram: as far back as the two contexts agree
+            e = found[0]
+            while n == n_max and m < MATCH_MAX and e - 1 - m >= start and seq[e - 1 - m] == seq[end - 1 - m]:
+                m += 1
+            return Proposal(tokens, m, found[0], min(len(found), VOTES), agree)
     return resumed(seq, start, n_min, n_max, k)
 
 

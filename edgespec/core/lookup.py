@@ -58,6 +58,7 @@ TAIL = 16  # covered tokens sync compares when it is given no known common prefi
 EVICT_MAX = 1024  # the most tokens dropped from the window at once: bounds one step's pause
 RESYNC_SKIP = 4  # new tokens an edit of the copy may have written before it resumes
 RESYNC_WINDOW = 8  # source tokens an edit may have replaced (where the last token is looked for)
+MATCH_MAX = 16  # how far back a match is measured (LookupPolicy keeps records up to 16 and more)
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,10 @@ class Proposal:
     """What the index proposes, and how much to trust it.
 
     `tokens` continues the current context (empty when nothing matched); `n` is the
-    length of the matched n-gram (0 if none; 1 for a copy resumed after an edit, see the
-    module docstring); `source` the position the copy starts
+    length of the match: the matched n-gram, and where that is the longest gram indexed
+    as far back as the context before `source` agrees with the current one, up to
+    MATCH_MAX (0 if none; 1 for a copy resumed after an edit, see the module
+    docstring); `source` the position the copy starts
     at (the token that followed the chosen occurrence); `seen` how many earlier
     occurrences of the n-gram were looked at, the chosen one included (at most VOTES);
     `agree` how many of those were followed by `tokens[0]` (1 <= agree <= seen).
@@ -257,8 +260,20 @@ class LookupIndex:
         if e >= 0:
             tokens = self._copy(e, k)
             seen, agree = self._votes(n, e, tokens[0])
-            return Proposal(tokens, n, e, seen, agree)
+            return Proposal(tokens, self._extent(n, e), e, seen, agree)
         return self._resumed(k)
+
+    def _extent(self, n: int, e: int) -> int:
+        """How far back the context before `e` agrees with the current suffix (at least the
+        matched n, at most MATCH_MAX): a copy that has held for 20 tokens holds on likelier
+        than one matched on its last 4, so the record is kept per length (LookupPolicy)."""
+        if n < self.n_max:
+            return n
+        toks, base, end = self._toks, self._base, len(self)
+        m, top = n, min(MATCH_MAX, e - base)
+        while m < top and toks[e - 1 - m - base] == toks[end - 1 - m - base]:
+            m += 1
+        return m
 
     def _resumed(self, k: int) -> Proposal:
         """A copy resumed after an edit of it (module docstring), or NO_PROPOSAL."""

@@ -11,7 +11,8 @@ beats the alternative (the model draft's best speed, or plain decoding's
 the median target time per batch size from every step (plain, model and lookup
 steps all verify a batch), with a line through the measured sizes for the ones
 not yet seen. Acceptance alpha_i is kept per position and per length of the
-matched n-gram (a longer match is a likelier copy), as decayed counts that
+match (ROWS: the matched n-gram, and how far back the copy has held; a longer match is a
+likelier copy), as decayed counts that
 follow the text within a few steps (DECAY, on the match length just scored). A
 proposal is scored on every step: verified on lookup steps, compared with what
 the step committed on the others (`record`: the same acceptance in law), so the
@@ -21,6 +22,7 @@ counts drift back towards the prior (IDLE_DECAY). Pure: no model, no clock, no I
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 
@@ -33,6 +35,10 @@ SHRINK = 4.0  # pseudo-counts pulling each position's rate towards the pooled on
 DECAY = 0.9  # per scored step: about ten steps of memory, so a turn from copying to prose shows fast
 IDLE_DECAY = 0.99  # per step with nothing scored (and for the other match lengths): old evidence fades
 GROWTH = 0.1  # v(n) / v(1) - 1 per extra token, assumed until two batch sizes were measured
+# the match lengths a record is kept for (each row: from its length to the next's); 1-3 are
+# n-grams shorter than the index's longest, 4 and up how far back the copy has held (MATCH_MAX)
+ROWS = (1, 2, 3, 4, 8, 16)
+BORROW = 8  # rows from this length on start from the shorter row's rate, not PRIOR
 
 
 class VerifyTimes:
@@ -105,22 +111,29 @@ def _line(pts: list[tuple[int, float]]) -> tuple[float, float] | None:
 class LookupPolicy:
     """Acceptance of looked-up tokens, and the best length for a proposal."""
 
-    def __init__(self, times: VerifyTimes, n_min: int = 1, n_max: int = 4) -> None:
-        # a record per match length, 1 being a copy resumed after an edit (LookupIndex._resumed)
+    def __init__(self, times: VerifyTimes) -> None:
+        # a record per match length (ROWS), 1 being a copy resumed after an edit (LookupIndex._resumed)
         self.times = times
-        self.n_min, self.n_max = n_min, n_max
-        rows = n_max - n_min + 1
-        self._tried = [[0.0] * L_MAX for _ in range(rows)]
-        self._accepted = [[0.0] * L_MAX for _ in range(rows)]
+        self._tried = [[0.0] * L_MAX for _ in ROWS]
+        self._accepted = [[0.0] * L_MAX for _ in ROWS]
         self._overhead: deque[float] = deque(maxlen=9)  # step time outside the target pass
 
-    def _row(self, match: int) -> int:
-        return min(max(match, self.n_min), self.n_max) - self.n_min
+    @staticmethod
+    def _row(match: int) -> int:
+        return max(0, bisect.bisect_right(ROWS, match) - 1)
+
+    def _pooled(self, row: int) -> float:
+        """A row's rate over its positions, leaning on its prior as evidence fades: PRIOR, or
+        for matches of BORROW and longer the next shorter row's rate (a copy that held longer
+        is no less likely to hold on: a long match with no record yet is judged as the long
+        matches before it were)."""
+        prior = self._pooled(row - 1) if ROWS[row] >= BORROW else PRIOR
+        return (sum(self._accepted[row]) + SHRINK * prior) / (sum(self._tried[row]) + SHRINK)
 
     def alpha(self, match: int) -> list[float]:
-        tried, accepted = self._tried[self._row(match)], self._accepted[self._row(match)]
-        # the pooled rate leans on the prior as evidence fades, and each position on the pooled rate
-        pooled = (sum(accepted) + SHRINK * PRIOR) / (sum(tried) + SHRINK)
+        row = self._row(match)
+        tried, accepted = self._tried[row], self._accepted[row]
+        pooled = self._pooled(row)  # and each position leans on the pooled rate
         return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
 
     def overhead(self) -> float:
