@@ -30,11 +30,11 @@ plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens i
 and scores each with the chance a draft of it would have been accepted
 (Acceptance.observe_scores): every token of the plain stretch is evidence, for the price
 of the catch-up. The next comes after enough plain steps that the typical catch-up
-(`StepTimes.catch_up`) would be PROBE_BUDGET of their time; once a return has paid (its
-drafting stretch saved more than a catch-up costs), a check is charged its fixed part
-alone (`StepTimes.catch_up_fixed`), as the tokens it feeds are fed at the return anyway
-(charged whole, the gap would grow with the catch-up it feeds; README, "The K
-controller"). Without scores (penalties or a grammar: rows that depend on a history it
+(`StepTimes.catch_up`) would be PROBE_BUDGET of their time; while a return has paid (its
+drafting stretch saved more than the checks since have cost, `_paid`), a check is charged
+its fixed part alone (`StepTimes.catch_up_fixed`), as the tokens it feeds are fed at the
+return anyway (charged whole, the gap would grow with the catch-up it feeds; README, "The
+K controller"). Without scores (penalties or a grammar: rows that depend on a history it
 cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss (its step
 beyond the plain steps worth its expected tokens, plus the catch-up) aims at the same
 share, and again at once after a probe whose drafts were all accepted. A check a lookup
@@ -106,7 +106,16 @@ class AdaptiveK:
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
-        self._paid = False  # the last such stretch saved more than a scored catch-up costs
+        self._credit = 0.0  # what the last stretch saved, less the checks since (a debt carries over)
+        self._fed = 0  # tokens the last scored catch-up fed
+
+    @property
+    def _paid(self) -> bool:
+        """Drafting's last stretch saved enough to pay for the next check, after those since: on
+        a pair whose draft rarely pays (the Q2_K draft at T = 1.0), a check that finds nothing
+        comes about 14 plain steps after the last and feeds the draft all 14 tokens (55 ms,
+        14% of their time); charged its fixed part alone it would come as often for ever."""
+        return self._credit > self.times.catch_up.value
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
@@ -299,12 +308,13 @@ class AdaptiveK:
         return Plan(k, source=LOOKUP, est_speedup=lookup_speed / plain if plain > 0 else None)
 
     def _score_gap(self) -> int:
-        """Plain steps until the next scored catch-up: enough that the typical recent catch-up
-        (once a return has paid, its fixed part: see the module docstring) would be
-        PROBE_BUDGET of their time."""
+        """Plain steps until the next scored catch-up: enough that the last one's cost (while a
+        return has paid, its fixed part: see the module docstring) would be PROBE_BUDGET of
+        their time. Charged whole, each gap grows with the catch-up before it: where drafting
+        has not paid, checks soon stop."""
         t0, fixed = self.step_costs()[0], self.times.catch_up_fixed() if self._paid else None
         whole = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
-        loss = whole if fixed is None else fixed
+        loss = fixed if fixed is not None else self.times.scored.cost(self._fed) if self._fed else whole
         return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
 
     def _probe_gap(self, k: int) -> int:
@@ -321,8 +331,8 @@ class AdaptiveK:
         if best <= 0:
             probe = min(self.k_max, 1 + self._probes % 2)
             if not self._plain:
-                n, t = self._stretch  # did it save more than one check costs (one lucky step rarely does)
-                self._paid, self._stretch = n * self.step_costs()[0] - t > self.times.catch_up.value, (0, 0.0)
+                n, t = self._stretch  # what it saved (one lucky step rarely pays for a check)
+                self._credit, self._stretch = min(self._credit, 0.0) + n * self.step_costs()[0] - t, (0, 0.0)
                 self._plain, self._recover_at = True, self.steps + self._score_gap()
             if self.steps < self._recover_at:
                 return 0
@@ -378,7 +388,9 @@ class AdaptiveK:
         if o.catch_up_s > 0:
             self.times.catch_up.add(o.catch_up_s)
             if o.scores:  # with what its step took beyond a plain one (the switch back to the target)
-                self.times.scored.add(o.catch_up_n, o.catch_up_s + max(0.0, o.step_s - self.times.plain))
+                cost = o.catch_up_s + max(0.0, o.step_s - self.times.plain)
+                self.times.scored.add(o.catch_up_n, cost)
+                self._credit, self._fed = self._credit - cost, o.catch_up_n
             if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
                 self.times.fed.add(o.catch_up_n, o.catch_up_s)
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
