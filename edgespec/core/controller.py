@@ -106,16 +106,20 @@ class AdaptiveK:
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
-        self._credit = 0.0  # what the last stretch saved, less the checks since (a debt carries over)
-        self._fed = 0  # tokens the last scored catch-up fed
+        # what the last stretch saved less the checks since (a debt carries over); tokens the last check fed
+        self._credit, self._fed = 0.0, 0
 
     @property
     def _paid(self) -> bool:
-        """Drafting's last stretch saved enough to pay for the next check, after those since: on
-        a pair whose draft rarely pays (the Q2_K draft at T = 1.0), a check that finds nothing
-        comes about 14 plain steps after the last and feeds the draft all 14 tokens (55 ms,
-        14% of their time); charged its fixed part alone it would come as often for ever."""
-        return self._credit > self.times.catch_up.value
+        """Drafting's last stretch saved enough for the next check, after those since (the Q2_K
+        pair at T = 1.0, charged the fixed part for good after a stretch that barely paid,
+        checked every 14 plain steps, each feeding the draft all 14 tokens: 14% of the time)."""
+        return self._credit > self._check_cost()
+
+    def _check_cost(self) -> float:
+        """A scored catch-up's whole cost: the last one's size, timed (else a typical catch-up)."""
+        c = self.times.catch_up
+        return self.times.scored.cost(self._fed) if self._fed else c.value if c.n else self.times.draft_slope()
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
@@ -313,8 +317,7 @@ class AdaptiveK:
         their time. Charged whole, each gap grows with the catch-up before it: where drafting
         has not paid, checks soon stop."""
         t0, fixed = self.step_costs()[0], self.times.catch_up_fixed() if self._paid else None
-        whole = self.times.catch_up.value if self.times.catch_up.n else self.times.draft_slope()
-        loss = fixed if fixed is not None else self.times.scored.cost(self._fed) if self._fed else whole
+        loss = fixed if fixed is not None else self._check_cost()
         return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
 
     def _probe_gap(self, k: int) -> int:
