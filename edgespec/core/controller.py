@@ -227,7 +227,8 @@ class AdaptiveK:
         # how often lookup would take a step from a caught-up model: what a catch-up of the draft
         # buys is the model steps until then (counted whatever was chosen: the share of steps
         # lookup did take grows while the model sits out, and with it the charge that keeps it out)
-        wins = offer[0] > 0 and offer[1] > max(self.speed(best), self.lookup.plain_speed(*feed))
+        plain = self.lookup.plain_speed(*feed)
+        wins = offer[0] > 0 and offer[1] > max(self.speed(best), plain)
         self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
         if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
             # not worth feeding the draft what it missed: lookup will soon take over again (a
@@ -235,8 +236,7 @@ class AdaptiveK:
             plan = Plan(0)
         if not offer[0]:
             return plan
-        share = self._lookup_share
-        alternative = max(self._model_speed(k, lag, share) if plan.k else 0.0, self.lookup.plain_speed(*feed))
+        alternative = max(self._model_speed(k, lag, self._lookup_share) if plan.k else 0.0, plain)
         chosen = self._lookup_or(plan, offer, alternative)
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
