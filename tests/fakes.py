@@ -20,8 +20,9 @@ import numpy as np
 
 from edgespec.api.engine import Engine
 from edgespec.core.controller import Controller
-from edgespec.core.decoder import Decoder, Request, Step
+from edgespec.core.decoder import Decoder
 from edgespec.core.errors import EdgespecError
+from edgespec.core.request import Request, Step
 from edgespec.core.sampling import SamplingParams
 
 

@@ -8,7 +8,7 @@ import pytest
 import scipy.stats as sps
 
 import edgespec.core.decoder as decoder_mod
-from edgespec.core.controller import AdaptiveK, FixedK
+from edgespec.core.controller import LOOKUP, AdaptiveK, FixedK, Plan
 from edgespec.core.decoder import Decoder
 from edgespec.core.sampling import SamplingParams, to_dist
 from tests.fakes import FakeModel, decode, make_engine
@@ -156,3 +156,57 @@ def test_lookup_steps_are_not_scored_twice() -> None:
     tokens(dec, ctrl, n=60)
     assert any(o.source == "lookup" for o in ctrl.outcomes)
     assert all(o.shadow == (0, 0) for o in ctrl.outcomes if o.source == "lookup")
+
+
+class _Clock:
+    """Time that passes only while a fake model evaluates: each eval costs fixed + per * n."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _Timed(FakeModel):
+    def __init__(self, clock: _Clock, fixed: float, per: float, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.clock, self.fixed, self.per = clock, fixed, per
+
+    def eval(self, tokens, pos, logits_from=None):  # type: ignore[no-untyped-def]
+        self.clock.now += self.fixed + self.per * len(tokens)
+        return super().eval(tokens, pos, logits_from)
+
+
+class _Alternating(_Recording):
+    """Model steps of K = 3, and after every third one two lookup steps (the draft sits out)."""
+
+    def plan(self, lag: int = 0, proposal=None):  # type: ignore[no-untyped-def]
+        self.lags = [*getattr(self, "lags", []), lag]
+        turn = len(self.lags) % 5
+        if turn in (3, 4) and proposal is not None and proposal.tokens:
+            return Plan(4, source=LOOKUP)
+        return Plan(3)
+
+
+def test_a_lagging_draft_reads_what_it_missed_in_its_first_call_and_the_step_is_timed_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(decoder_mod, "time", clock)
+    target = _Timed(clock, 0.030, 0.005, sharp=6.0)
+    draft = _Timed(clock, 0.010, 0.002, sharp=6.0, noise=1.0)
+    dec = Decoder(target, draft, lookup=True)  # type: ignore[arg-type]
+    ctrl = _Alternating(3)
+    out, _ = tokens(dec, ctrl, n=120)
+    assert out == tokens(Decoder(FakeModel(sharp=6.0)), FixedK(0), n=120)[0]  # still the target's text
+    lagged = [(lag, o) for lag, o in zip(ctrl.lags, ctrl.outcomes) if o.source == "model" and lag > 1]
+    assert len(lagged) >= 3
+    for lag, o in lagged:
+        # one call fed the lag and the last token: the catch-up is what the lag added to it
+        assert o.catch_up_n == lag and o.catch_up_s == pytest.approx(0.002 * lag)
+        assert o.draft_s == pytest.approx(o.k * 0.012)  # as if the draft had lacked one token
+    # no separate catch-up call: every model step's first draft eval reads the lag and one more
+    n_calls = len(draft.evals)
+    model_steps = [o for o in ctrl.outcomes if o.source == "model"]
+    assert n_calls == 1 + sum(o.k for o in model_steps)  # the prefill, then one eval per drafted token

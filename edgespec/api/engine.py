@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core import defaults, templates
 from ..core.controller import AdaptiveK, Controller, FixedK, StepTimes
-from ..core.decoder import Decoder, Request
+from ..core.decoder import Decoder
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
@@ -34,6 +34,7 @@ from ..core.grammar import Grammar, compile_grammar
 from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
+from ..core.request import Request
 from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files

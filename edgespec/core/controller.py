@@ -253,12 +253,12 @@ class AdaptiveK:
         """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens
         (Plan.extend: asked after each model token). Looked-up tokens cost no draft time, a
         longer verify, and (each one accepted) a later catch-up of the draft, whose fixed part
-        is paid once any copied token is accepted (on the demo pair a 3-token catch-up took
-        21 ms, more than the draft token one copied token saved); they are taken when the
-        step's expected tokens per second with them beat the model's plan. That is
-        where a copy resumes after a change: the model drafts the change, lookup the copy
-        after it. Lossless: a looked-up token is a deterministic function of the tokens
-        before it, so its q is one-hot; the model's tokens keep their own q."""
+        (StepTimes.feed_fixed, if a lag costs more than its tokens) is paid once any copied
+        token is accepted; they are taken when the step's expected tokens per second with
+        them beat the model's plan. That is where a copy resumes after a change: the model
+        drafts the change, lookup the copy after it. Lossless: a looked-up token is a
+        deterministic function of the tokens before it, so its q is one-hot; the model's
+        tokens keep their own q."""
         best = self.best_k()
         if best <= 0 or drafted >= best:
             return 0
@@ -274,8 +274,7 @@ class AdaptiveK:
         for j, a in enumerate(self.lookup.alpha(proposal.n)[: len(proposal.tokens)], start=1):
             run *= a
             gain += run
-            first = first or run  # the chance a copied token is accepted: the draft then lags
-            # by two or more, which the decoder feeds in a call of its own (its fixed part too)
+            first = first or run  # the chance a copied token is accepted: the draft then lags by two or more
             t = base + verify(drafted + j + 1) + gain * tax + first * fixed
             if t > 0 and (sure + gain) / t > copied:
                 take, copied = j, (sure + gain) / t

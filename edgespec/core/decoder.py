@@ -10,7 +10,9 @@ KV invariant (asserted in tests, restored in `finally`):
     longest common prefix after each step). It is fed what it lacks, so when
     all K were accepted the next draft batch is [x_K, bonus] and no extra
     forward pass is paid. After plain or lookup steps it is fed what it missed
-    before the next model draft, or when the controller asks for a scored
+    in the next model draft's first batch (one call: on the demo pair's draft a
+    separate call cost about 6 ms more; the step is timed without that part, which
+    is reported as the catch-up), or when the controller asks for a scored
     catch-up (`Plan.score`), with a logits row per token to score them.
   * On cancel, error or an early close by the consumer, both caches are cut
     back to a prefix of committed, so the next request reuses them.
@@ -23,10 +25,8 @@ The decoder knows token ids only; text and stop strings live in detok.py.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -35,13 +35,14 @@ from .cache import Cache, common_prefix
 from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
-from .events import Stats, TokenLogprob
-from .grammar import Grammar
+from .events import Stats
 from .logprobs import token_logprob
 from .lookup import LookupIndex, Proposal
 from .lookup_policy import L_MAX
 from .model import Model
 from .penalties import History
+from .recent import Recent
+from .request import Request, Step
 from .sampling import Dist, SamplingParams, confidence, prob_of, to_dist
 from .step_stats import account, snapshot
 from .target_rows import TargetRows
@@ -57,39 +58,6 @@ def _shadow(proposal: Proposal, new: Sequence[int]) -> tuple[int, int]:
     return scored, common_prefix(proposal.tokens[:scored], new[:scored])
 
 
-@dataclass(frozen=True)
-class Request:
-    """One generation's settings: what `Decoder.run` needs besides the prompt."""
-
-    params: SamplingParams
-    controller: Controller
-    max_tokens: int
-    rng: np.random.Generator
-    speculative: bool = True
-    cancel: threading.Event | None = None
-    lookup: bool = True  # draft from prompt lookup too, where the decoder has an index
-    logprobs: int | None = None  # report the target's logprob of each token, and of this many alternatives
-    grammar: Grammar | None = None  # structured output: a fresh matcher for this generation
-
-
-@dataclass(frozen=True)
-class Step:
-    tokens: tuple[int, ...]
-    from_draft: tuple[bool, ...]
-    stats: Stats
-    finish_reason: str | None = None
-    k: int = 0  # the K the controller planned for this step (the step may draft fewer)
-    source: str = MODEL  # where this step's drafts came from
-    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asks
-    lookup_from: int | None = None  # a model draft lookup finished: accepted drafts from here on are lookup's
-
-    def sources(self) -> list[str]:
-        """Where each token came from: "draft" (the model), "lookup" or "target"."""
-        own = "lookup" if self.source == LOOKUP else "draft"
-        split = len(self.tokens) if self.lookup_from is None else self.lookup_from
-        return [("lookup" if i >= split else own) if f else "target" for i, f in enumerate(self.from_draft)]
-
-
 class Tail(NamedTuple):  # what a model draft needs to let prompt lookup finish it (_lookup_tail)
     lookup: LookupIndex
     cap: int  # the most draft tokens the step may verify (context and max_tokens)
@@ -103,6 +71,7 @@ class Drafted(NamedTuple):
     bonus: float | None  # the score of the last step's bonus token, when there is one
     extended: int = 0  # the last tokens were copied by prompt lookup (Tail), not drafted
     match: int = 0  # the matched n-gram length they followed
+    feed_s: float = 0.0  # the draft's first call: what it lacked (a lag caught up in the same batch)
 
 
 class Decoder:
@@ -118,6 +87,7 @@ class Decoder:
         self.committed: list[int] = []
         self._px: dict[int, float] = {}  # p(x) of committed tokens the draft has not seen, by position
         self._all_accepted = False  # the last step was a model step whose drafts were all accepted
+        self._feed_one = Recent()  # the draft's first call when it lacked one token (a lag's call less this)
 
     def run(self, prompt: Sequence[int], req: Request) -> Generator[Step, None, None]:
         if not prompt:
@@ -171,12 +141,12 @@ class Decoder:
                 plan = req.controller.plan(lag, proposal)
                 k = max(0, min(plan.k, room - 1, left - 1))
             from_lookup = plan.source == LOOKUP and proposal is not None
-            catch_up_s, catch_up_n = 0.0, 0
+            catch_up_s, catch_up_n, inside = 0.0, 0, 0.0
             scores: tuple[float, ...] = ()
-            if draft is not None and ((k and not from_lookup and lag > 1) or (plan.score and not k and lag > 0)):
-                # the draft sat out plain or lookup steps: catch it up outside the step the controller times
+            if draft is not None and plan.score and not k and lag > 0:
+                # a check: the draft reads what it missed in plain or lookup steps, outside the step timed
                 catch_up_n = lag
-                scores, catch_up_s = self._catch_up(draft, req.params, score=plan.score and hist is None)
+                scores, catch_up_s = self._catch_up(draft, req.params, score=hist is None)
                 stats.draft_s += catch_up_s
             t_step = time.perf_counter()
             drafts: list[int] = []
@@ -194,9 +164,13 @@ class Decoder:
                 tail = None
                 if plan.extend and index is not None and hist is None:  # constraints: model drafts only
                     tail = Tail(index, min(room - 1, left - 1), req.controller)
-                drafts, qs, sure, bonus, extended, extended_match = self._draft(
-                    draft, k, req.params, req.rng, plan, hist, tail
-                )
+                drafted = self._draft(draft, k, req.params, req.rng, plan, hist, tail)
+                drafts, qs, sure, bonus, extended, extended_match, feed_s = drafted
+                if lag > 1:  # what the draft missed rode on its first call: that part is the catch-up's
+                    one = self._feed_one
+                    inside = max(0.0, feed_s - one.value) if one.n else feed_s * lag / (lag + 1)
+                    catch_up_n, catch_up_s = lag, inside
+                    stats.draft_s += inside
             t_verify = time.perf_counter()
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
@@ -237,9 +211,9 @@ class Decoder:
             outcome = StepOutcome(
                 k=len(drafts),
                 n_accepted=a,
-                draft_s=t_verify - t_step,
+                draft_s=t_verify - t_step - inside,
                 verify_s=t_sample - t_verify,
-                step_s=t_end - t_step,
+                step_s=t_end - t_step - inside,
                 sure=tuple(sure),
                 source=LOOKUP if from_lookup else MODEL,
                 match=proposal.n if proposal is not None else 0,
@@ -320,7 +294,11 @@ class Decoder:
         px = self._px.get(len(self.committed) - 1, 0.0) if bonus_next else 0.0
         # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
         # ids the target does not have would have p = 0, so q is taken over the shared ids only
+        t0 = time.perf_counter()
         rows = draft.extend(feed, logits_from=len(feed) - (2 if px > 0.0 else 1))
+        feed_s = time.perf_counter() - t0
+        if len(feed) == 1:
+            self._feed_one.add(feed_s)
         bonus = self._score(rows[0], self.committed[-1], px, params) if px > 0.0 else None
         row = rows[-1][: self.n_vocab]
         drafts: list[int] = []
@@ -346,7 +324,7 @@ class Decoder:
                     pushed += 1
                     extended, match = self._lookup_tail(tail, drafts, qs)
                     if extended:
-                        return Drafted(drafts, qs, sures, bonus, extended, match)
+                        return Drafted(drafts, qs, sures, bonus, extended, match, feed_s)
                 if plan.want_sure and sures[-1] < plan.stop_below:
                     break
                 if i + 1 < k and not end:  # nothing is verified past the end
@@ -358,7 +336,7 @@ class Decoder:
                 tail.lookup.truncate(len(tail.lookup) - pushed)
             if hist is not None:
                 hist.truncate(base)
-        return Drafted(drafts, qs, sures, bonus)
+        return Drafted(drafts, qs, sures, bonus, feed_s=feed_s)
 
     def _lookup_tail(self, tail: Tail, drafts: list[int], qs: list[Dist]) -> tuple[int, int]:
         """Append lookup's proposal after the model's drafts (pushed onto the index) when the

@@ -58,7 +58,7 @@ class StepTimes:
         self.by_k = [Recent() for _ in range(k_max + 1)]
         self.draft_by_k = [Recent() for _ in range(k_max + 1)]
         self.catch_up = Recent()  # feeding the draft the tokens it missed during plain or lookup steps
-        self.fed = VerifyTimes(CATCH_UP_N_MAX)  # unscored catch-ups by tokens fed (feed_cost)
+        self.fed = VerifyTimes(CATCH_UP_N_MAX)  # what a lag adds to a model step, by tokens fed (feed_cost)
         self.scored = VerifyTimes(CATCH_UP_N_MAX)  # scored catch-ups by tokens fed (the same per-size table)
         self.clock = 0
         self._at = [0] * (k_max + 1)  # the clock when each K was last timed
@@ -81,10 +81,11 @@ class StepTimes:
 
     def feed_cost(self, n: int) -> float:
         """Seconds to feed the draft n tokens it missed (plain and lookup steps pile them up):
-        a line through the sizes measured, since a catch-up is one batch whose fixed part a
-        per-token average would charge n times (on the demo pair's draft 12 ms for one token,
-        6.7 ms a token for two, 2.6 for 128); 0 before any was measured, n times the average
-        per token while one size was."""
+        what they add to the draft's first call of the next model step, which reads them in
+        the same batch (Decoder: that call less a one-token call). A line through the sizes
+        measured: its intercept is whatever a batch's size costs beyond its tokens (about
+        nothing on the demo pair; a separate call cost about 6 ms more, a third of a draft
+        token); 0 before any was measured, n times the average per token while one size was."""
         if n <= 0:
             return 0.0
         if self.fed.line() is None:  # one size: no fixed part told apart yet
