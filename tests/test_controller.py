@@ -213,18 +213,24 @@ def test_recovery_probes_cost_little_while_plain_keeps_winning() -> None:
 
 
 def test_a_costly_catch_up_spaces_recovery_probes_out() -> None:
-    # the draft must be fed what it missed before a probe: when that costs as much as a few
-    # plain steps, probes come several times less often
+    # without scores (penalties or a grammar) a check of plain decoding feeds the draft what it
+    # missed, in a call of its own, and then probes: when that costs as much as a few plain
+    # steps, probes come several times less often
     gaps = []
     for catch_up in (0.0, 0.1):
         ctrl = AdaptiveK()
         m = Machine(0.1, 0.012, 0.022, 0.2, seed=7)
-        ks = []
+        ks, lag = [], 0
         for _ in range(1000):
-            ks.append(ctrl.plan().k)
-            o = m.step(ks[-1])
-            lagging = ks[-1] and len(ks) > len(WARMUP) and not ks[-2]
-            ctrl.observe(StepOutcome(o.k, o.n_accepted, o.draft_s, o.verify_s, o.step_s, catch_up_s=catch_up * lagging))
+            plan = ctrl.plan(lag)
+            ks.append(plan.k)
+            o = m.step(plan.k)
+            if plan.score:  # the decoder cannot score here: it only feeds the draft
+                ctrl.observe(StepOutcome(0, 0, 0.0, o.verify_s, o.step_s, catch_up_s=catch_up, catch_up_n=lag))
+                lag = 0
+                continue
+            ctrl.observe(StepOutcome(o.k, o.n_accepted, o.draft_s, o.verify_s, o.step_s))
+            lag = 0 if plan.k else lag + 1
         gaps.append(1000 / sum(k > 0 for k in ks[len(WARMUP) :]))
     assert gaps[1] > 3 * gaps[0]
 
@@ -307,10 +313,10 @@ def test_feeding_the_draft_is_charged_a_line_through_its_sizes_not_n_times_a_sma
     times = StepTimes()
     assert times.feed_cost(100) == 0.0  # nothing measured: nothing charged
     ctrl = AdaptiveK(times=times)
-    for _ in range(5):  # the usual catch-up after a lookup step: two tokens, 6 ms each
-        ctrl.observe(StepOutcome(0, 0, 0.0, 0.020, 0.020, catch_up_s=0.012, catch_up_n=2))
+    for _ in range(5):  # the usual catch-up after a lookup step: two tokens, read with the next draft token
+        ctrl.observe(StepOutcome(3, 3, 0.01, 0.03, 0.04, catch_up_s=0.012, catch_up_n=2))
     ctrl.observe(StepOutcome(0, 0, 0.0, 0.020, 0.020, catch_up_s=0.200, catch_up_n=64, scores=(0.9,) * 64))
-    assert times.fed.measured() == [(2, 0.012)]  # a scored catch-up also computes rows: not this table
+    assert times.fed.measured() == [(2, 0.012)]  # a check is a call of its own, with rows: not this table
     ctrl.observe(StepOutcome(3, 3, 0.01, 0.03, 0.04, catch_up_s=0.334, catch_up_n=128))
     slope = (0.334 - 0.012) / 126
     assert times.feed_slope() == pytest.approx(slope)
@@ -320,6 +326,16 @@ def test_feeding_the_draft_is_charged_a_line_through_its_sizes_not_n_times_a_sma
     # what the hybrid charges the model for the lag: only lookup's share of it (see _model_speed)
     t = ctrl.step_costs()[3]
     assert ctrl._model_speed(3, 100, 0.5) == pytest.approx(ctrl.speed(3) * t / (t + 0.5 * times.feed_cost(100)))
+
+
+def test_what_a_lag_adds_to_a_model_step_is_kept_apart_from_the_checks_and_a_zero_counts() -> None:
+    times = StepTimes()
+    ctrl = AdaptiveK(times=times)
+    ctrl.observe(StepOutcome(2, 2, 0.01, 0.03, 0.04, catch_up_s=0.0, catch_up_n=3))  # a lag cost nothing more
+    assert times.fed.measured() == [(3, 0.0)] and times.catch_up.n == 0
+    ctrl.observe(StepOutcome(0, 0, 0.0, 0.02, 0.02, catch_up_s=0.05, catch_up_n=9, scores=(1.0,) * 9))
+    assert times.catch_up.n == 1 and [n for n, _ in times.scored.measured()] == [9]
+    assert times.fed.measured() == [(3, 0.0)]  # a check's call is no model step's lag
 
 
 def test_a_small_k_max_is_never_exceeded() -> None:

@@ -198,7 +198,7 @@ def test_a_lagging_draft_reads_what_it_missed_in_its_first_call_and_the_step_is_
     draft = _Timed(clock, 0.010, 0.002, sharp=6.0, noise=1.0)
     dec = Decoder(target, draft, lookup=True)  # type: ignore[arg-type]
     ctrl = _Alternating(3)
-    out, _ = tokens(dec, ctrl, n=120)
+    out, last = tokens(dec, ctrl, n=120)
     assert out == tokens(Decoder(FakeModel(sharp=6.0)), FixedK(0), n=120)[0]  # still the target's text
     lagged = [(lag, o) for lag, o in zip(ctrl.lags, ctrl.outcomes) if o.source == "model" and lag > 1]
     assert len(lagged) >= 3
@@ -210,3 +210,7 @@ def test_a_lagging_draft_reads_what_it_missed_in_its_first_call_and_the_step_is_
     n_calls = len(draft.evals)
     model_steps = [o for o in ctrl.outcomes if o.source == "model"]
     assert n_calls == 1 + sum(o.k for o in model_steps)  # the prefill, then one eval per drafted token
+    assert sorted(n for _, n in draft.evals[1:] if n > 2) == sorted(lag + 1 for lag, _ in lagged)
+    # the draft's time is all counted once: steps' draft parts plus the catch-ups taken out of them
+    draft_clock = sum(0.010 + 0.002 * n for _, n in draft.evals[1:])
+    assert last.stats.draft_s == pytest.approx(draft_clock)

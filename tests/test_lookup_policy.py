@@ -119,11 +119,13 @@ def _hybrid_measured(catch_up_per_token: float) -> AdaptiveK:
     ctrl = AdaptiveK()
     for i in range(40):
         k = ctrl.plan(0, None).k
-        ctrl.observe(StepOutcome(k, k, 0.004 * k, cpu_like(k + 1), cpu_like(k + 1) + 0.004 * k, match=4, shadow=(8, 8)))
-        if i % 5 == 0:
-            ctrl.observe(
-                StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=catch_up_per_token * 10, catch_up_n=10)
+        lag = 10 if i % 5 == 0 and k else 0  # now and then the draft first reads ten tokens it missed
+        ctrl.observe(
+            StepOutcome(
+                k, k, 0.004 * k, cpu_like(k + 1), cpu_like(k + 1) + 0.004 * k, match=4, shadow=(8, 8),
+                catch_up_s=catch_up_per_token * lag, catch_up_n=lag,
             )
+        )  # fmt: skip
     return ctrl
 
 
@@ -204,13 +206,15 @@ def test_a_probe_of_a_neighbouring_k_waits_for_a_step_without_a_long_catch_up() 
 
 
 def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds() -> None:
-    # the demo draft's catch-ups: 13 ms for two tokens, 334 ms for 128 (a fixed ~8 ms, 2.6 ms a token)
+    # a draft whose lag costs a fixed part beyond its tokens (the demo draft's catch-ups when they
+    # were calls of their own: 13 ms for two tokens, 334 ms for 128, a fixed ~8 ms, 2.6 ms a token)
     u = (0.334 - 0.013) / 126
     fixed = 0.013 - 2 * u
     ctrl = _hybrid_measured((fixed + 10 * u) / 10)  # its catch-ups of ten tokens on the same line
+    model = (4, 4, 0.016, cpu_like(5), cpu_like(5) + 0.016)
     for _ in range(3):
-        ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=0.013, catch_up_n=2))
-    ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1), catch_up_s=0.334, catch_up_n=128))
+        ctrl.observe(StepOutcome(*model, catch_up_s=0.013, catch_up_n=2))
+    ctrl.observe(StepOutcome(*model, catch_up_s=0.334, catch_up_n=128))
     for _ in range(30):
         ctrl.lookup.record(2, 2, 2)  # two-token copies, always accepted of late
         ctrl.acc.observe(4, 2, ())  # the model's drafts: half accepted of late

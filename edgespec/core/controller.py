@@ -387,13 +387,13 @@ class AdaptiveK:
         if not self._plain:
             n, t = self._stretch
             self._stretch = (n + o.n_accepted + 1, t + o.step_s + o.catch_up_s)
-        if o.catch_up_s > 0:
+        if o.catch_up_n > 0 and o.k:  # what a lag added to the draft's first call (zeros count too)
+            self.times.fed.add(o.catch_up_n, o.catch_up_s)
+        elif o.catch_up_n > 0:  # a check of plain decoding: a call of its own
             self.times.catch_up.add(o.catch_up_s)
             if o.scores:  # with what its step took beyond a plain one (the switch back to the target)
                 cost = o.catch_up_s + max(0.0, o.step_s - self.times.plain)
                 self.times.scored.add(o.catch_up_n, cost)
                 self._credit, self._fed = self._credit - cost, o.catch_up_n
-            if o.catch_up_n > 0 and not o.scores:  # what feeding the draft costs, without scoring's rows
-                self.times.fed.add(o.catch_up_n, o.catch_up_s)
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
             self.times.add(o.k, o.step_s, o.draft_s)

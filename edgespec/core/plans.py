@@ -38,7 +38,7 @@ class StepOutcome:
     source: str = MODEL  # where the drafts came from
     match: int = 0  # the length of the lookup proposal's matched n-gram (0: no proposal)
     shadow: tuple[int, int] = (0, 0)  # a proposal this step did not verify: (tokens scored, leading ones committed)
-    catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (outside step_s)
+    catch_up_s: float = 0.0  # feeding the draft what it missed in plain or lookup steps (not in step_s)
     catch_up_n: int = 0  # how many tokens that was
     scores: tuple[float, ...] = ()  # per caught-up token: the probability a model draft of it was accepted
     bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted

@@ -57,7 +57,7 @@ class StepTimes:
         self.verify = VerifyTimes()  # target passes by batch size, from every kind of step
         self.by_k = [Recent() for _ in range(k_max + 1)]
         self.draft_by_k = [Recent() for _ in range(k_max + 1)]
-        self.catch_up = Recent()  # feeding the draft the tokens it missed during plain or lookup steps
+        self.catch_up = Recent()  # checks of plain decoding: the draft fed what it missed, a call of its own
         self.fed = VerifyTimes(CATCH_UP_N_MAX)  # what a lag adds to a model step, by tokens fed (feed_cost)
         self.scored = VerifyTimes(CATCH_UP_N_MAX)  # scored catch-ups by tokens fed (the same per-size table)
         self.clock = 0
