@@ -201,8 +201,13 @@ def test_a_probe_of_a_neighbouring_k_waits_for_a_step_without_a_long_catch_up() 
         ks.append(ctrl.plan(200, None).k)  # this step lookup has nothing to offer
     assert ks == [0] * len(ks)
     assert ctrl.plan(0, None).k > 0  # with the draft caught up, the model drafts
-    # once lookup has offered nothing for a while, the catch-up buys model steps again
-    assert any(ctrl.plan(200, None).k > 0 for _ in range(30))
+    # once lookup has offered nothing for a while (plain steps), the catch-up buys model steps again
+    for _ in range(30):
+        if ctrl.plan(200, None).k > 0:
+            break
+        ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1)))
+    else:
+        raise AssertionError("the model never came back")
 
 
 def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds() -> None:
@@ -226,3 +231,40 @@ def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds()
     assert ctrl.plan(0, offer).source == MODEL
     # the draft is behind already: the copy adds its tokens to a catch-up due anyway
     assert ctrl.plan(5, offer).source == LOOKUP
+
+
+def test_the_steps_no_model_drafted_are_timed_with_what_they_add_to_the_catch_up() -> None:
+    policy = LookupPolicy(measured())
+    assert policy.draftless_speed() == 0.0  # nothing measured yet
+    for _ in range(30):
+        policy.observe(4, 8, 7, 0.05, 0.06)  # a lookup step: 8 tokens in 60 ms
+        policy.idle(0.03, 0.028, plain=True)  # a plain step: 1 token in 30 ms
+    assert policy.draftless_speed() == pytest.approx(9 / 0.09, rel=0.05)
+    assert policy.draftless_speed(0.005) == pytest.approx(9 / (0.09 + 9 * 0.005), rel=0.05)
+    for _ in range(25):
+        policy.idle(0.03, 0.028, plain=True)  # lookup goes quiet: down to plain's speed within steps
+    assert policy.draftless_speed() < 1.3 / 0.03
+    policy.idle(0.5, 0.0)  # a model step does not count
+    assert policy.draftless_speed() < 1.3 / 0.03
+
+
+def test_a_lagging_draft_is_caught_up_only_when_the_model_beats_the_steps_it_sat_out() -> None:
+    # revise at T = 0: the draft lags 20 tokens behind a copy run that lookup drafted whole, and
+    # lookup has nothing to offer this step. Feeding the draft beats a plain step, but not what the
+    # lookup steps have been giving: a plain step, and lookup takes the next. Once lookup has gone
+    # quiet (plain steps), the model comes back.
+    ctrl = _hybrid_measured(0.002)
+    for _ in range(10):
+        ctrl.observe(StepOutcome(16, 16, 0.0, cpu_like(17), cpu_like(17), source=LOOKUP, match=16))
+    lag = 20
+    assert ctrl._model_speed(4, lag, ctrl._lookup_share) > ctrl.speed(0)  # the model beats plain
+    assert ctrl.lookup.draftless_speed(ctrl.times.feed_slope()) > ctrl._model_speed(4, lag, ctrl._lookup_share)
+    assert ctrl.plan(lag, None).k == 0
+    assert ctrl.plan(1, None).k > 0  # no catch-up to pay: the model drafts
+    for i in range(30):
+        ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1)))
+        if ctrl.plan(lag + i, None).k > 0:
+            break
+    else:
+        raise AssertionError("the model never came back")
+    assert i < 20

@@ -230,9 +230,10 @@ class AdaptiveK:
         plain = self.lookup.plain_speed(*feed)
         wins = offer[0] > 0 and offer[1] > max(self.speed(best), plain)
         self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
-        if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < self.speed(0):
-            # not worth feeding the draft what it missed: lookup will soon take over again (a
-            # probe of a neighbouring K too: measuring a cost can wait for a step without a catch-up)
+        stay = max(self.speed(0), self.lookup.draftless_speed(feed[1]) if lag >= 2 else 0.0)
+        if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < stay:
+            # not worth feeding the draft what it missed: lookup will soon take over again, or the steps
+            # it sat out gave more (a probe of a neighbouring K too: it can wait for a step without a catch-up)
             plan = Plan(0)
         if not offer[0]:
             return plan

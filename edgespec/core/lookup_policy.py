@@ -117,6 +117,7 @@ class LookupPolicy:
         self._tried = [[0.0] * L_MAX for _ in ROWS]
         self._accepted = [[0.0] * L_MAX for _ in ROWS]
         self._overhead: deque[float] = deque(maxlen=9)  # step time outside the target pass
+        self._draftless = (0.0, 0.0)  # decayed tokens and seconds of the steps no model drafted
 
     @staticmethod
     def _row(match: int) -> int:
@@ -145,6 +146,13 @@ class LookupPolicy:
         t = self.times.cost(1) + self.overhead() + fixed + per_token
         return 1.0 / t if t > 0 else 0.0
 
+    def draftless_speed(self, per_token: float = 0.0) -> float:
+        """Tokens per second of the recent steps no model drafted (lookup and plain steps, DECAY
+        a step: the same memory as the record), each token charged `per_token` (what it adds to
+        the draft model's next catch-up); 0.0 before any. What a model's return must beat."""
+        n, t = self._draftless
+        return n / (t + per_token * n) if n > 0 else 0.0
+
     def best(self, match: int, available: int, fixed: float = 0.0, per_token: float = 0.0) -> tuple[int, float]:
         """(k, expected tokens per second) of the best lookup draft of at most `available`
         tokens after a match of `match` tokens; (0, 0.0) before any cost was measured. Beside
@@ -166,6 +174,7 @@ class LookupPolicy:
         """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept."""
         self.record(match, k, n_accepted)
         self._overhead.append(max(0.0, step_s - verify_s))
+        self._ran(n_accepted + 1, step_s)
 
     def record(self, match: int, k: int, n_accepted: int, fade: bool = True) -> None:
         """Evidence on a proposal after a `match`-token match: of its first k tokens, the first
@@ -189,11 +198,16 @@ class LookupPolicy:
 
     def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False, fade: bool = True) -> None:
         """Any other step: with nothing scored (`fade`) lookup's evidence fades a little; a plain
-        step measures the overhead."""
+        step measures the overhead and counts in `draftless_speed`."""
         if fade:
             self._fade(IDLE_DECAY)
         if plain:
             self._overhead.append(max(0.0, step_s - verify_s))
+            self._ran(1, step_s)
+
+    def _ran(self, tokens: int, seconds: float) -> None:
+        n, t = self._draftless
+        self._draftless = (DECAY * n + tokens, DECAY * t + seconds)
 
     def _fade(self, d: float, *, only: int | None = None, skip: int | None = None) -> None:
         for rows in (self._tried, self._accepted):

@@ -1,0 +1,77 @@
+"""Paired policy comparisons on the real demo texts without the host's noise.
+
+The real demo pair decodes the bench's copy prompts (edgespec/frontends/bench/copying.py),
+but the decoder's clock advances only by a fixed cost per model call, from this machine's
+measurements of the demo pair (a target pass over n tokens 30.6 + 5.65 (n - 1) ms, the
+draft's call over n tokens interpolated through 17.1, 59, 114, 217, 415 ms at 1, 8, 16, 32,
+128). At T = 0 the text is fixed, so a run is deterministic and two versions of the code
+compare exactly (the figures in docs/bench-history.md). COSTS=d,s scales the draft's costs
+by d and the target's per-token slope by s (other machines).
+
+    COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py model,hybrid edit-code,rename,extract,revise,prose 0 2
+
+Arguments: columns (plain, draftless, model, hybrid), prompts, temperatures, repeats. A
+scratch tool: it reaches into the engine (its decoder's models and clock) as tests do.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import types
+
+import numpy as np
+
+import edgespec.core.decoder as decoder_mod
+from edgespec import Engine
+from edgespec.frontends.bench.copying import PROMPTS
+from edgespec.llama.config import load_config
+from edgespec.llama.models import prepare_pair
+
+FEED = ([1, 8, 16, 32, 128, 2048], [17.1, 59, 114, 217, 415, 415 * 16])
+DRAFT, SLOPE = (float(x) for x in os.environ.get("COSTS", "1,1").split(","))
+
+
+def main() -> None:
+    cols, prompts = sys.argv[1].split(","), sys.argv[2].split(",")
+    temps, reps = [float(t) for t in sys.argv[3].split(",")], int(sys.argv[4])
+    clock = types.SimpleNamespace(now=0.0)
+    clock.perf_counter = lambda: clock.now
+    decoder_mod.time = clock  # type: ignore[assignment]
+
+    def timed(model, cost):
+        evaluate = model.eval
+
+        def eval(tokens, pos, logits_from=None):
+            clock.now += cost(len(tokens))
+            return evaluate(tokens, pos, logits_from)
+
+        model.eval = eval
+
+    target, draft = prepare_pair(load_config(None), "demo")
+    kinds = {"plain": (None, False), "draftless": (None, True), "model": (draft, False), "hybrid": (draft, True)}
+    engines = {}
+    for col in cols:
+        engine = Engine.load(target, kinds[col][0], n_ctx=2048, lookup=kinds[col][1])
+        timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000)
+        if engine._decoder.draft is not None:
+            timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000)
+        engines[col] = engine
+    for name in prompts:
+        for temp in temps:
+            runs: dict[str, list[float]] = {col: [] for col in cols}
+            for r in range(reps):
+                for col, engine in engines.items():
+                    engine.reset()
+                    res = engine.generate(
+                        PROMPTS[name], temperature=temp, max_tokens=256, speculative=col != "plain", seed=1234 + r
+                    )
+                    runs[col].append(res.stats.tokens_per_s)
+            med = {col: statistics.median(v) for col, v in runs.items()}
+            ref = med.get("model", med[cols[0]])
+            print(f"{name} T={temp}: " + ", ".join(f"{c}={med[c]:.1f} ({med[c] / ref:.2f})" for c in cols), flush=True)
+
+
+if __name__ == "__main__":
+    main()
