@@ -17,7 +17,9 @@ follow the text within a few steps (DECAY, on the match length just scored). A
 proposal is scored on every step: verified on lookup steps, compared with what
 the step committed on the others (`record`: the same acceptance in law), so the
 record follows the text whichever source drafts. With no proposal to score, the
-counts drift back towards the prior (IDLE_DECAY). Pure: no model, no clock, no I/O.
+counts drift back towards the prior (IDLE_DECAY). It also times the steps no model drafted
+(`draftless_speed`): beside a draft model, what the model's return after a copy must beat.
+Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
