@@ -154,3 +154,38 @@ def test_realistic_rows_take_the_fast_path(kind: str, params: SamplingParams, mo
     monkeypatch.setattr(sampling, "_sorted_top", no_full_sort)
     got = to_dist(row, params)
     assert got.ids.tolist() == want.ids.tolist() == reference_to_dist(row, params).ids.tolist()
+
+
+def test_realistic_rows_sum_their_weights_in_float32(monkeypatch) -> None:
+    """The row's total for top-p comes from float32 weights (numpy's float64 exp has no SIMD
+    path on AVX2: several times slower at 150k tokens); float64 only where a cut is too close."""
+    row = sample_row(30000, "flat", np.random.default_rng(4)).astype(np.float32)
+    params = SamplingParams(top_k=0, min_p=0.0)
+    want = reference_to_dist(row, params)
+
+    def no_float64(*args: object) -> None:
+        raise AssertionError("summed the row in float64")
+
+    monkeypatch.setattr(sampling, "_weights64", no_float64)
+    got = to_dist(row, params)
+    assert got.ids.tolist() == want.ids.tolist()
+    assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("gap, float64", [(3e-8, True), (-3e-8, True), (1e-4, False), (-1e-4, False)])
+def test_a_top_p_cut_within_the_float32_bound_is_decided_in_float64(gap: float, float64: bool, monkeypatch) -> None:
+    """top_p set 3e-8 from a token's cumulative mass: inside the float32 sum's error bound
+    (about 1e-6), outside float64's (1e-9), so the float64 weights decide it, and the cut is
+    the definition's; 1e-4 away float32 decides alone."""
+    row = (np.random.default_rng(9).normal(size=20000) * 2.0).astype(np.float32)
+    vals = np.sort(row.astype(np.float64))[::-1]
+    mass = np.cumsum(np.exp(vals - vals[0]))
+    mass /= mass[-1]
+    params = SamplingParams(top_k=0, top_p=float(mass[30]) + gap, min_p=0.0)
+    calls = []
+    weights64 = sampling._weights64
+    monkeypatch.setattr(sampling, "_weights64", lambda *a: calls.append(1) or weights64(*a))
+    got, want = to_dist(row, params), reference_to_dist(row, params)
+    assert got.ids.tolist() == want.ids.tolist()
+    assert len(got.ids) == (31 if gap < 0 else 32)
+    assert bool(calls) == float64

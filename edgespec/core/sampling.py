@@ -195,36 +195,78 @@ _GUESS_DEPTH = 8.0
 def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-p / min-p over the whole row without sorting it: one pass gives every token's weight
     and their sum (the definition's normaliser), a few more find a depth below the top that
-    holds every token the cuts may keep; only those are sorted."""
+    holds every token the cuts may keep; only those are sorted. Min-p alone needs no sum (its
+    cut is relative to the top). The sum is taken in float32 first (`_weights32`: several
+    times faster where numpy's float64 exp has no SIMD path, as on AVX2), with its error
+    bound added to the top-p slack; a cut within that bound is decided by float64 weights."""
     if params.top_p >= 1.0 and params.min_p <= 0.0:
         return None  # every token is kept, and listing them in order is the full sort
     top = logits.max()
     if not np.isfinite(top) or not (params.min_p <= 0.0 or 1e-200 <= params.min_p <= 1.0):
         return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
-    # one float64 array for the whole row: a second one costs more in page faults than the exp
+    if params.top_p >= 1.0:
+        return _head(logits, top, None, 0.0, params, _SLACK)
+    if logits.dtype == np.float32:
+        weights, error = _weights32(logits, top)
+        kept = _head(logits, top, weights, float(weights.sum(dtype=np.float64)), params, _SLACK + error)
+        if kept is not None:
+            return kept
+    weights = _weights64(logits, top)
+    return _head(logits, top, weights, float(weights.sum()), params, _SLACK)
+
+
+def _weights64(logits: np.ndarray, top: np.generic) -> np.ndarray:
+    """exp(logits - top) in float64, as the definition computes them (vals - vals[0]); one
+    array for the whole row: a second one costs more in page faults than the exp."""
     weights = logits.astype(np.float64)
-    weights -= float(top)  # as the definition's vals - vals[0]
+    weights -= float(top)
+    return np.exp(weights, out=weights)
+
+
+# numpy's float32 exp is within 2.52 units in the last place (its SIMD code; libm's expf within
+# 1): 8 rounding units (2^-24 each) bound it with room to spare
+_EXP32_UNITS = 8.0
+_UNIT32 = 2.0**-24
+_DEEP32 = 88.0  # past this depth exp in float32 is subnormal or 0: off by a few units of 2^-149 absolute
+
+
+def _weights32(logits: np.ndarray, top: np.generic) -> tuple[np.ndarray, float]:
+    """exp(logits - top) in float32, and a bound on the relative error of their sum. Each
+    weight is off by the rounding of its depth d = top - logit (|d| units of 2^-24 in the
+    exponent, so relatively) and the exp's own (_EXP32_UNITS); a token deeper than _DEEP32 by
+    at most 2^-140 (a few subnormal units), against a sum of at least 1 (the top's own weight, exp(0) = 1 exactly)."""
+    weights = np.subtract(logits, top)
+    depth = min(-float(weights.min()), _DEEP32)  # -inf (a masked token) weighs exactly 0
     np.exp(weights, out=weights)
-    total = float(weights.sum())
-    ids, whole_min_p = _head_ids(logits, top, weights, total, params)
+    return weights, (depth + _EXP32_UNITS) * _UNIT32 + logits.shape[0] * 2.0**-140
+
+
+def _head(
+    logits: np.ndarray, top: np.generic, weights: np.ndarray | None, total: float, params: SamplingParams, slack: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The kept tokens from a head of the row (see _head_ids), or None where `_certain_keep`
+    cannot decide the cut from it; `total` is the row's weight within `slack` relatively."""
+    ids, whole_min_p = _head_ids(logits, top, weights, total, params, slack)
     ids, vals = _by_logit(logits, ids)
-    keep = _certain_keep(vals, total, params, whole_min_p, logits.shape[0])
+    keep = _certain_keep(vals, total, params, whole_min_p, logits.shape[0], slack)
     return None if keep is None else (ids[:keep], vals[:keep])
 
 
 def _head_ids(
-    logits: np.ndarray, top: np.generic, weights: np.ndarray, total: float, params: SamplingParams
+    logits: np.ndarray, top: np.generic, weights: np.ndarray | None, total: float, params: SamplingParams, slack: float
 ) -> tuple[np.ndarray, bool]:
     """Ascending ids of the tokens down to some depth below the top (so a prefix of the sorted
     row, ties included) that hold every token top-p and min-p keep; and whether they hold every
-    token that passes min-p."""
-    target = (params.top_p + 2 * _SLACK) * total
+    token that passes min-p. `weights` (exp(logit - top), summing to `total` within `slack`)
+    may be None for min-p alone."""
+    target = (params.top_p + 2 * slack) * total
     if params.min_p > 0.0:
         # deeper tokens weigh less than min_p of the top
         ids = np.flatnonzero(logits >= _floor(float(top) + math.log(params.min_p) - 1e-6, logits.dtype))
-        if params.top_p >= 1.0 or ids.size <= _SHORT_HEAD or weights[ids].sum() < target:
+        if weights is None or params.top_p >= 1.0 or ids.size <= _SHORT_HEAD or weights[ids].sum() < target:
             return ids, True  # top-p cuts inside it, or not before min-p does
         return ids[_top_p_band(top - logits[ids], weights[ids], target)], False
+    assert weights is not None  # top-p is on (else min-p is, above)
     near = logits >= _floor(float(top) - _GUESS_DEPTH, logits.dtype)
     if np.count_nonzero(near) <= _SHORT_HEAD:
         ids = np.flatnonzero(near)
@@ -275,15 +317,18 @@ def _by_logit(logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ids, logits[ids].astype(np.float64)
 
 
-def _certain_keep(vals: np.ndarray, total: float, params: SamplingParams, whole_min_p: bool, n: int) -> int | None:
-    """`_keep` of the full sorted row, from its sorted head `vals` and the row's weight `total`;
-    None when a cut falls within _SLACK (rounding could put it either side) or past the head."""
+def _certain_keep(
+    vals: np.ndarray, total: float, params: SamplingParams, whole_min_p: bool, n: int, slack: float
+) -> int | None:
+    """`_keep` of the full sorted row, from its sorted head `vals` and the row's weight `total`
+    (within `slack` relatively); None when a cut falls within the slack (rounding could put it
+    either side: `slack` for top-p, _SLACK for min-p, whose weights are the head's own) or past the head."""
     weights = np.exp(vals - vals[0])
     beyond = vals.size + 1
     by_p = by_min = beyond
     if params.top_p < 1.0:
         mass = np.cumsum(weights / total)
-        if np.any(np.abs(mass - params.top_p) <= _SLACK):
+        if np.any(np.abs(mass - params.top_p) <= slack):
             return None
         by_p = int(np.count_nonzero(mass < params.top_p)) + 1
     if params.min_p > 0.0:
