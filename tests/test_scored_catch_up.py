@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgespec.core.acceptance import Acceptance
-from edgespec.core.controller import LOOKUP, AdaptiveK, Plan, StepOutcome
+from edgespec.core.controller import LOOKUP, PROBE_BUDGET, AdaptiveK, Plan, StepOutcome
 from edgespec.core.decoder import SCORED_MAX, Decoder
 from edgespec.core.lookup import Proposal
 from edgespec.core.penalties import Penalties
@@ -456,3 +456,23 @@ def test_checks_that_find_nothing_use_up_what_drafting_saved() -> None:
     gaps = _score_gaps(drive(ctrl, hard, 900))
     assert sum(g <= 8 for g in gaps[:10]) >= 8  # charged its fixed part: 0.004 s / (3% of 0.022 s)
     assert gaps[-1] >= 20  # charged whole: the gap grows with the catch-up before it
+
+
+
+def test_the_gap_after_a_check_is_planned_from_that_checks_measured_cost() -> None:
+    # Drafting never pays (acceptance 0.15) and a catch-up costs 6.8% of a plain step a token.
+    # The first check is planned before any was timed; the gap after it must come from its
+    # own cost (the demo draft at 1.4 times its cost: a second check 24 plain steps after one
+    # that cost as much as 8 plain steps, 8% of a 128-token answer where plain was right).
+    ctrl, m = AdaptiveK(), Turning(0.15, 0.15, 10**9)
+    checks = []  # (step, what the check cost)
+    for i in range(600):
+        plan = ctrl.plan(m.lag)
+        o = m.step(plan)
+        ctrl.observe(o)
+        if plan.score:
+            checks.append((i, o.catch_up_s + max(0.0, o.step_s - ctrl.times.plain)))
+    assert len(checks) >= 3
+    t0 = ctrl.times.plain
+    for (at, cost), (after, _) in zip(checks, checks[1:]):
+        assert after - at >= cost / (PROBE_BUDGET * t0) - 1

@@ -93,14 +93,11 @@ class AdaptiveK:
             raise ValueError("the shared step times were made for another k_max")
         self.lookup = LookupPolicy(self.times.verify)
         self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
-        self.steps = 0
+        self.steps, self._seen, self._probes = 0, 0, 0
         self._speeds: list[float] | None = None
         self._speeds_at = (-1, -1)  # (times.clock, own observations) when _speeds was computed
-        self._seen = 0
         self._curve: list[float] = []
-        self._probes = 0
-        self._plain = False  # plain decoding chosen (not a probe)
-        self._recover_at = 0
+        self._plain, self._recover_at = False, 0  # plain decoding chosen (not a probe); when to check it
         self._lookup_share = 0.0  # the share of recent steps lookup would take from a caught-up model
         self._score = False  # the next plain step catches the draft up and scores what it missed
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
@@ -396,5 +393,7 @@ class AdaptiveK:
                 cost = o.catch_up_s + max(0.0, o.step_s - self.times.plain)
                 self.times.scored.add(o.catch_up_n, cost)
                 self._credit, self._fed = self._credit - cost, o.catch_up_n
+                # the next check's gap, planned before this one's cost was known, is this one's
+                self._recover_at = max(self._recover_at, self.steps + self._score_gap())
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
             self.times.add(o.k, o.step_s, o.draft_s)
