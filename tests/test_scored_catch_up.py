@@ -458,7 +458,6 @@ def test_checks_that_find_nothing_use_up_what_drafting_saved() -> None:
     assert gaps[-1] >= 20  # charged whole: the gap grows with the catch-up before it
 
 
-
 def test_the_gap_after_a_check_is_planned_from_that_checks_measured_cost() -> None:
     # Drafting never pays (acceptance 0.15) and a catch-up costs 6.8% of a plain step a token.
     # The first check is planned before any was timed; the gap after it must come from its
@@ -476,3 +475,33 @@ def test_the_gap_after_a_check_is_planned_from_that_checks_measured_cost() -> No
     t0 = ctrl.times.plain
     for (at, cost), (after, _) in zip(checks, checks[1:]):
         assert after - at >= cost / (PROBE_BUDGET * t0) - 1
+
+
+class Dear(Answering):
+    """Answering with a dear draft (the demo pair's costs, the draft at 1.4 times its own): a
+    plain step 31 ms, a draft token 24 ms, a catch-up 24 ms + 7 ms a token. Drafts all
+    accepted would save about 3 ms a token; a check after 25 plain steps costs 200 ms."""
+
+    def step(self, plan: Plan) -> StepOutcome:
+        o = super().step(plan)
+        verify = 0.031 * (1 + 0.11 * o.k)
+        return StepOutcome(o.k, o.n_accepted, 0.024 * o.k, verify, 0.024 * o.k + verify,
+                           catch_up_s=0.024 + 0.007 * o.catch_up_n if o.catch_up_n else 0.0,
+                           catch_up_n=o.catch_up_n, scores=o.scores)  # fmt: skip
+
+
+@pytest.mark.parametrize("max_tokens, checks", [(60, False), (10**5, True)])
+def test_no_check_is_made_that_drafts_all_accepted_until_max_tokens_would_not_repay(
+    max_tokens: int, checks: bool
+) -> None:
+    ctrl, m = AdaptiveK(), Dear(0.3)
+    ctrl.begin(max_tokens)
+    plans, made = [], 0
+    while made < 60:  # the same 60 tokens either way
+        plan = ctrl.plan(m.lag)
+        o = m.step(plan)
+        ctrl.observe(o)
+        plans.append(plan)
+        made += o.n_accepted + 1
+    assert ctrl.best_k() == 0 and ctrl.times.best_saving() > 0.0  # plain wins, a return could pay in a long answer
+    assert any(p.score for p in plans) == checks

@@ -10,8 +10,14 @@ by d and the target's per-token slope by s (other machines).
 
     COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py model,hybrid edit-code,rename,extract,revise,prose 0 2
 
-Arguments: columns (plain, draftless, model, hybrid), prompts, temperatures, repeats. A
-scratch tool: it reaches into the engine (its decoder's models and clock) as tests do.
+Arguments: columns (plain, draftless, model, hybrid, or kN: the model draft at a fixed K = N),
+prompts (the copy prompts, or make bench's code, story, explanation), temperatures, repeats;
+TOKENS=n the answer's length (256). make bench's adaptive cells, noise-free:
+
+    TOKENS=128 COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py \
+        k0,k1,k2,k3,k4,k5,k6,k7,k8,model code,story,explanation 0 2
+
+A scratch tool: it reaches into the engine (its decoder's models and clock) as tests do.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ import numpy as np
 import edgespec.core.decoder as decoder_mod
 from edgespec import Engine
 from edgespec.frontends.bench.copying import PROMPTS
+from edgespec.frontends.bench.run import PROMPTS as CHAT_PROMPTS
 from edgespec.llama.config import load_config
 from edgespec.llama.models import prepare_pair
 
 FEED = ([1, 8, 16, 32, 128, 2048], [17.1, 59, 114, 217, 415, 415 * 16])
 DRAFT, SLOPE = (float(x) for x in os.environ.get("COSTS", "1,1").split(","))
+TOKENS = int(os.environ.get("TOKENS", "256"))
 
 
 def main() -> None:
@@ -53,7 +61,8 @@ def main() -> None:
     kinds = {"plain": (None, False), "draftless": (None, True), "model": (draft, False), "hybrid": (draft, True)}
     engines = {}
     for col in cols:
-        engine = Engine.load(target, kinds[col][0], n_ctx=2048, lookup=kinds[col][1])
+        kind = kinds.get(col, (draft, False))  # kN: the model draft at a fixed K = N
+        engine = Engine.load(target, kind[0], n_ctx=2048, lookup=kind[1])
         timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000)
         if engine._decoder.draft is not None:
             timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000)
@@ -64,8 +73,14 @@ def main() -> None:
             for r in range(reps):
                 for col, engine in engines.items():
                     engine.reset()
+                    fixed = int(col[1:]) if col[0] == "k" else None
                     res = engine.generate(
-                        PROMPTS[name], temperature=temp, max_tokens=256, speculative=col != "plain", seed=1234 + r
+                        PROMPTS.get(name) or CHAT_PROMPTS[name],
+                        temperature=temp,
+                        max_tokens=TOKENS,
+                        speculative=col != "plain" and fixed != 0,
+                        k=fixed,
+                        seed=1234 + r,
                     )
                     runs[col].append(res.stats.tokens_per_s)
             med = {col: statistics.median(v) for col, v in runs.items()}

@@ -290,7 +290,7 @@ class Engine:
             self._running = gen
             request = Request(
                 params=params,
-                controller=self._controller(k, params.temperature),
+                controller=self._controller(k, params.temperature, max_tokens),
                 max_tokens=max_tokens,
                 rng=np.random.default_rng(params.seed),
                 speculative=speculative,
@@ -341,7 +341,7 @@ class Engine:
         if turned:
             log.warning("%s", verdict.message)
 
-    def _controller(self, k: int | None, temperature: float) -> Controller:
+    def _controller(self, k: int | None, temperature: float, max_tokens: int) -> Controller:
         k = k if k is not None else self.default_k
         model = self.draft is not None
         if k is not None:
@@ -349,7 +349,7 @@ class Engine:
         key = round(temperature, 2)
         ctrl = self._adaptive.pop(key, None) or AdaptiveK(times=self._step_times, model=model)
         ctrl.p_min = self.p_min
-        ctrl.begin()
+        ctrl.begin(max_tokens)
         self._adaptive[key] = ctrl  # most recently used last
         while len(self._adaptive) > TEMPERATURES_KEPT:
             self._adaptive.popitem(last=False)

@@ -29,18 +29,15 @@ When K = 0 wins it decodes plainly and, to notice when the text turns, now and t
 plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it missed
 and scores each with the chance a draft of it would have been accepted
 (Acceptance.observe_scores): every token of the plain stretch is evidence, for the price
-of the catch-up. The next comes after enough plain steps that the typical catch-up
-(`StepTimes.catch_up`) would be PROBE_BUDGET of their time; while a return has paid (its
-drafting stretch saved more than the checks since have cost, `_paid`), a check is charged
-its fixed part alone (`StepTimes.catch_up_fixed`), as the tokens it feeds are fed at the
-return anyway (charged whole, the gap would grow with the catch-up it feeds; README, "The
-K controller"). Without scores (penalties or a grammar: rows that depend on a history it
-cannot replay) it probes K = 1 or 2 instead, spaced so that a probe's loss (its step
-beyond the plain steps worth its expected tokens, plus the catch-up) aims at the same
-share, and again at once after a probe whose drafts were all accepted. A check a lookup
-step took the place of comes at the next step, and a new request (`begin`: a new text,
-the draft has just read its prompt) checks at its first. Leaving plain needs a predicted
-gain of LEAVE_PLAIN.
+of the catch-up. The next comes after enough plain steps that the last check's cost
+would be PROBE_BUDGET of their time (while a return has paid, `_paid`, its fixed part
+alone: README, "The K controller"), and none where even drafts all accepted until
+max_tokens would not repay it (`begin`). Without scores (penalties or a grammar) it probes
+K = 1 or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth
+its expected tokens, plus the catch-up) aims at the same share, and again at once after a
+probe whose drafts were all accepted. A check a lookup step took the place of comes at the
+next step, and a new request (the draft has just read its prompt) checks at its first.
+Leaving plain needs a predicted gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
@@ -105,6 +102,7 @@ class AdaptiveK:
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
         # what the last stretch saved less the checks since (a debt carries over); tokens the last check fed
         self._credit, self._fed = 0.0, 0
+        self._left: int | None = None  # tokens the request may still produce (begin), None: not told
 
     @property
     def _paid(self) -> bool:
@@ -242,10 +240,9 @@ class AdaptiveK:
             self._recover_at = self.steps + 1  # and the same for a recovery probe
         return chosen
 
-    def begin(self) -> None:
-        """A new request: plain decoding left from the last answer is checked at once."""
-        if self._plain and self._paid:
-            self._recover_at = self.steps + 1
+    def begin(self, max_tokens: int | None = None) -> None:
+        """A new request of at most `max_tokens`: plain decoding left from the last answer is checked at once."""
+        self._left, self._recover_at = max_tokens, self.steps + 1 if self._plain and self._paid else self._recover_at
 
     def extension(self, proposal: Proposal, drafted: int) -> int:
         """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens
@@ -336,6 +333,8 @@ class AdaptiveK:
                 self._plain, self._recover_at = True, self.steps + self._score_gap()
             if self.steps < self._recover_at:
                 return 0
+            if self._left is not None and self._left * self.times.best_saving() <= self.times.check_cost(lag):
+                return 0  # all accepted from here to max_tokens, a return would not repay the check's catch-up
             if lag > 0 and not self._unscored:
                 # feed the draft what it missed and score each token: a test of the text at
                 # the price of the catch-up alone (a probe follows if the decoder cannot score)
@@ -358,6 +357,7 @@ class AdaptiveK:
 
     def observe(self, o: StepOutcome) -> None:
         self._seen += 1
+        self._left = None if self._left is None else self._left - o.n_accepted - 1
         self.times.verify.add(o.k + 1, o.verify_s)
         if o.source == LOOKUP:
             # a free draft: its own acceptance record; the model's step costs and acceptance

@@ -60,8 +60,8 @@ class Controller(Protocol):
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
-    def begin(self) -> None:
-        """A new request starts (the engine keeps an adaptive controller across requests)."""
+    def begin(self, max_tokens: int | None = None) -> None:
+        """A new request of at most `max_tokens` starts (the engine keeps an adaptive controller across requests)."""
         ...
 
     def extension(self, proposal: Proposal, drafted: int) -> int:
@@ -90,7 +90,7 @@ class FixedK:
     def observe(self, outcome: StepOutcome) -> None:
         pass
 
-    def begin(self) -> None:
+    def begin(self, max_tokens: int | None = None) -> None:
         pass
 
     def extension(self, proposal: Proposal, drafted: int) -> int:

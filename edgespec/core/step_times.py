@@ -134,6 +134,17 @@ class StepTimes:
         f = self.frontier() if frontier is None else frontier
         return min(self.k_max, f + max(1, f // 2))
 
+    def best_saving(self) -> float:
+        """Seconds a token saves at best over plain decoding: drafting with every draft accepted
+        at the cheapest K per token of the curve (0 where no K beats a plain step)."""
+        curve = self.curve()
+        return max((curve[0] - t / (k + 1) for k, t in enumerate(curve) if k), default=0.0)
+
+    def check_cost(self, n: int) -> float:
+        """A scored catch-up of n tokens: the size timed (a line through those measured), else
+        n draft tokens' worth (an upper bound: a batch costs less per token)."""
+        return self.scored.cost(n) if self.scored.measured() else n * self.draft_slope()
+
     def curve(self) -> list[float]:
         """Estimated seconds of a step at each K = 0..reach + 1 (see the module docstring);
         computed once per observation."""
