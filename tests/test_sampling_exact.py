@@ -157,10 +157,11 @@ def test_realistic_rows_take_the_fast_path(kind: str, params: SamplingParams, mo
 
 
 def test_realistic_rows_sum_their_weights_in_float32(monkeypatch) -> None:
-    """The row's total for top-p comes from float32 weights (numpy's float64 exp has no SIMD
-    path on AVX2: several times slower at 150k tokens); float64 only where a cut is too close."""
+    """With min-p on, the row's total for top-p comes from float32 weights (numpy's float64 exp
+    has no SIMD path on AVX2: several times slower at 150k tokens); float64 only where a cut is
+    too close."""
     row = sample_row(30000, "flat", np.random.default_rng(4)).astype(np.float32)
-    params = SamplingParams(top_k=0, min_p=0.0)
+    params = SamplingParams(top_k=0)
     want = reference_to_dist(row, params)
 
     def no_float64(*args: object) -> None:
@@ -181,7 +182,7 @@ def test_a_top_p_cut_within_the_float32_bound_is_decided_in_float64(gap: float, 
     vals = np.sort(row.astype(np.float64))[::-1]
     mass = np.cumsum(np.exp(vals - vals[0]))
     mass /= mass[-1]
-    params = SamplingParams(top_k=0, top_p=float(mass[30]) + gap, min_p=0.0)
+    params = SamplingParams(top_k=0, top_p=float(mass[30]) + gap, min_p=1e-6)  # min-p keeps all 32
     calls = []
     weights64 = sampling._weights64
     monkeypatch.setattr(sampling, "_weights64", lambda *a: calls.append(1) or weights64(*a))

@@ -196,9 +196,11 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
     """Top-p / min-p over the whole row without sorting it: one pass gives every token's weight
     and their sum (the definition's normaliser), a few more find a depth below the top that
     holds every token the cuts may keep; only those are sorted. Min-p alone needs no sum (its
-    cut is relative to the top). The sum is taken in float32 first (`_weights32`: several
-    times faster where numpy's float64 exp has no SIMD path, as on AVX2), with its error
-    bound added to the top-p slack; a cut within that bound is decided by float64 weights."""
+    cut is relative to the top). With min-p on, the sum is taken in float32 first
+    (`_weights32`: several times faster where numpy's float64 exp has no SIMD path, as on
+    AVX2), with its error bound added to the top-p slack; a cut within that bound is decided
+    by float64 weights. Top-p alone keeps thousands of tokens, whose cumulative masses lie
+    closer together than that bound: there float32 would mostly be paid twice."""
     if params.top_p >= 1.0 and params.min_p <= 0.0:
         return None  # every token is kept, and listing them in order is the full sort
     top = logits.max()
@@ -206,7 +208,7 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
         return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
     if params.top_p >= 1.0:
         return _head(logits, top, None, 0.0, params, _SLACK)
-    if logits.dtype == np.float32:
+    if logits.dtype == np.float32 and params.min_p > 0.0:  # (top-p alone keeps thousands: cuts too dense)
         weights, error = _weights32(logits, top)
         kept = _head(logits, top, weights, float(weights.sum(dtype=np.float64)), params, _SLACK + error)
         if kept is not None:
