@@ -138,7 +138,7 @@ class StepTimes:
         """Seconds a token saves at best over plain decoding: drafting with every draft accepted
         at the cheapest K per token of the curve (0 where no K beats a plain step)."""
         curve = self.curve()
-        return max((curve[0] - t / (k + 1) for k, t in enumerate(curve) if k), default=0.0)
+        return max([0.0, *(curve[0] - t / (k + 1) for k, t in enumerate(curve) if k)])
 
     def check_cost(self, n: int) -> float:
         """A scored catch-up of n tokens: the size timed (a line through those measured), else
