@@ -160,33 +160,60 @@ def test_realistic_rows_sum_their_weights_in_float32(monkeypatch) -> None:
     """With min-p on, the row's total for top-p comes from float32 weights (numpy's float64 exp
     has no SIMD path on AVX2: several times slower at 150k tokens); float64 only where a cut is
     too close."""
-    row = sample_row(30000, "flat", np.random.default_rng(4)).astype(np.float32)
+    row = sample_row(30000, "peaked", np.random.default_rng(4)).astype(np.float32)  # top-p cuts first
     params = SamplingParams(top_k=0)
     want = reference_to_dist(row, params)
 
     def no_float64(*args: object) -> None:
         raise AssertionError("summed the row in float64")
 
+    calls = []
+    weights32 = sampling._weights32
+    monkeypatch.setattr(sampling, "_weights32", lambda *a: calls.append(1) or weights32(*a))
     monkeypatch.setattr(sampling, "_weights64", no_float64)
     got = to_dist(row, params)
+    assert calls
     assert got.ids.tolist() == want.ids.tolist()
     assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("gap, float64", [(3e-8, True), (-3e-8, True), (1e-4, False), (-1e-4, False)])
-def test_a_top_p_cut_within_the_float32_bound_is_decided_in_float64(gap: float, float64: bool, monkeypatch) -> None:
-    """top_p set 3e-8 from a token's cumulative mass: inside the float32 sum's error bound
-    (about 1e-6), outside float64's (1e-9), so the float64 weights decide it, and the cut is
-    the definition's; 1e-4 away float32 decides alone."""
-    row = (np.random.default_rng(9).normal(size=20000) * 2.0).astype(np.float32)
-    vals = np.sort(row.astype(np.float64))[::-1]
-    mass = np.cumsum(np.exp(vals - vals[0]))
-    mass /= mass[-1]
-    params = SamplingParams(top_k=0, top_p=float(mass[30]) + gap, min_p=1e-6)  # min-p keeps all 32
-    calls = []
-    weights64 = sampling._weights64
-    monkeypatch.setattr(sampling, "_weights64", lambda *a: calls.append(1) or weights64(*a))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("top_p, min_p", [(0.95, 0.05), (0.99, 0.05), (0.9, 0.2), (0.99, 0.02)])
+def test_rows_where_min_p_cuts_first_sum_nothing_but_the_band(
+    dtype: type, top_p: float, min_p: float, monkeypatch
+) -> None:
+    """A real row's mass sits within a few nats of the top, so the band's weight alone shows
+    that top-p cuts no sooner than min-p: no exp of the whole row, and the definition's cut."""
+    rng = np.random.default_rng(11)
+    row = rng.normal(size=30000) * 2.0 - 6.0  # a long tail, 6 nats and more below the head
+    row[:4] = 8.0, 7.2, 6.1, 4.9  # a head as a real row's: the top near 0.6
+    row = row.astype(dtype)
+
+    def no_row_sum(*args: object) -> None:
+        raise AssertionError("summed the whole row")
+
+    monkeypatch.setattr(sampling, "_weights32", no_row_sum)
+    monkeypatch.setattr(sampling, "_weights64", no_row_sum)
+    params = SamplingParams(0.8, 0, top_p, min_p)
     got, want = to_dist(row, params), reference_to_dist(row, params)
     assert got.ids.tolist() == want.ids.tolist()
-    assert len(got.ids) == (31 if gap < 0 else 32)
-    assert bool(calls) == float64
+    assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.7, 4), (0.5, 3)])
+def test_a_band_too_light_to_show_the_cut_falls_back_to_the_row_sum(top_p: float, kept: int, monkeypatch) -> None:
+    """Four tokens within min-p (weights 1, 0.9, 0.8, 0.7) and a tail 10 nats down holding a fifth
+    of the row: the band's weight cannot rule top-p out at 0.7 or 0.5, so the whole row's weight
+    decides; at 0.7 min-p cuts first after all (4 tokens), at 0.5 top-p does (3)."""
+    rng = np.random.default_rng(12)
+    row = np.log(0.85 / 20000) + rng.normal(size=20000) * 0.01
+    row[:4] = 0.0, np.log(0.9), np.log(0.8), np.log(0.7)
+    row = row.astype(np.float32)
+    calls = []
+    weights32 = sampling._weights32
+    monkeypatch.setattr(sampling, "_weights32", lambda *a: calls.append(1) or weights32(*a))
+    params = SamplingParams(0.8, 0, top_p, 0.05)
+    got, want = to_dist(row, params), reference_to_dist(row, params)
+    assert calls
+    assert got.ids.tolist() == want.ids.tolist()
+    assert len(got.ids) == kept

@@ -208,6 +208,10 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
         return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
     if params.top_p >= 1.0:
         return _head(logits, top, None, 0.0, params, _SLACK)
+    if params.min_p > 0.0:
+        kept = _min_p_first(logits, top, params)
+        if kept is not None:
+            return kept
     if logits.dtype == np.float32 and params.min_p > 0.0:  # (top-p alone keeps thousands: cuts too dense)
         weights, error = _weights32(logits, top)
         kept = _head(logits, top, weights, float(weights.sum(dtype=np.float64)), params, _SLACK + error)
@@ -215,6 +219,30 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
             return kept
     weights = _weights64(logits, top)
     return _head(logits, top, weights, float(weights.sum()), params, _SLACK)
+
+
+# How deep below the top `_min_p_first` looks for the weight that shows top-p cuts no sooner than
+# min-p: on real rows (SmolLM2 at T = 0.8) min-p decides in 98% of them and 6 nats show it in all.
+_BAND = 6.0
+
+
+def _min_p_first(logits: np.ndarray, top: np.generic, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
+    """Min-p's kept tokens, where top-p provably cuts no sooner, or None. Top-p keeps at least
+    the tokens whose mass before them is under top_p; that mass over the row's total weight is
+    at most the same mass over the weight of any part of the row, so the tokens within
+    `_BAND` nats of the top (few, in a real row) show it without the exp of the whole row."""
+    depth = max(_BAND, -math.log(params.min_p)) + 1e-6  # every token min-p may keep is in the band
+    ids = np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype))
+    if ids.size > _SHORT_HEAD:
+        return None
+    ids, vals = _by_logit(logits, ids)
+    weights = np.exp(vals - vals[0])
+    if np.any(np.abs(weights - params.min_p) <= _SLACK * params.min_p):
+        return None
+    by_min = int(np.count_nonzero(weights >= params.min_p))
+    if float(weights[: by_min - 1].sum()) >= (params.top_p - _SLACK) * float(weights.sum()):
+        return None  # top-p may cut first: its cut needs the whole row's weight
+    return ids[:by_min], vals[:by_min]
 
 
 def _weights64(logits: np.ndarray, top: np.generic) -> np.ndarray:
