@@ -43,6 +43,7 @@ bench: setup
 	$(VENV)/bin/edgespec models prepare demo demo-bad
 	$(VENV)/bin/edgespec bench --out bench-out
 	$(PY) -m edgespec.frontends.bench.row_timing
+	$(PY) -m edgespec.frontends.bench.python_share
 
 lint: setup
 	$(VENV)/bin/ruff check edgespec tui tests

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 VOCAB = 64  # ids 0..2 special (BOS 1, EOS 2); small, so the decoder's own Python work stays small
+NOISE_SD = 2.0  # past VOCAB, the other logits' spread (a row's long tail)
 SURE_SPREAD = 1.5  # scale of the logistic noise on the draft's confidence (in logits)
 SURE_SHIFT = 2.0  # the confidence's centre, in logits: +2 when the draft agrees, -2 when not
 
@@ -123,18 +124,27 @@ class VirtualClock:
 class World:
     """The text both models see, and the machine's clock (which model ran last)."""
 
-    def __init__(self, machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        profile: Profile,
+        seed: int = 0,
+        clock: VirtualClock | None = None,
+        vocab: int = VOCAB,
+    ) -> None:
         self.machine, self.profile, self.seed, self.clock = machine, profile, seed, clock
+        self.vocab = vocab
         self.last: str | None = None
 
     def target_token(self, pos: int, prev: int) -> int:
-        return 3 + int(_unit(self.seed, pos, prev, 1) * (VOCAB - 3))
+        return 3 + int(_unit(self.seed, pos, prev, 1) * (self.vocab - 3))
 
     def draft_token(self, pos: int, prev: int) -> tuple[int, float]:
         """(the draft's token, its confidence in it) for the token at `pos`."""
         want = self.target_token(pos, prev)
         agree = _unit(self.seed, pos, prev, 2) < self.profile(pos)
-        token = want if agree else 3 + (want - 3 + 1 + int(_unit(self.seed, pos, prev, 3) * (VOCAB - 4))) % (VOCAB - 3)
+        v = self.vocab
+        token = want if agree else 3 + (want - 3 + 1 + int(_unit(self.seed, pos, prev, 3) * (v - 4))) % (v - 3)
         u = min(max(_unit(self.seed, pos, prev, 4), 1e-9), 1 - 1e-9)
         z = (SURE_SHIFT if agree else -SURE_SHIFT) + SURE_SPREAD * math.log(u / (1 - u))
         return token, 1.0 / (1.0 + math.exp(-z))
@@ -155,36 +165,50 @@ class World:
 
 
 class SimModel:
-    """One of the two fake models (`who`: "target" or "draft") over a shared `World`."""
+    """One of the two fake models (`who`: "target" or "draft") over a shared `World`.
+
+    At the default vocabulary every other logit is 0; past it (a large-vocabulary machine,
+    for what the sampling transform costs) they are fixed normal noise, so a row has a long
+    tail of small weights as real rows do. `busy_s` counts the seconds spent in `eval`
+    (the machine's cost included): the rest of a generation's time is the runtime's own."""
 
     add_bos, bos_id, eos_id = True, 1, 2
 
     def __init__(self, world: World, who: str, n_ctx: int = 4096) -> None:
         self.world, self.who = world, who
-        self.n_vocab, self.n_ctx = VOCAB, n_ctx
+        self.n_vocab, self.n_ctx = world.vocab, n_ctx
         self.kv: list[int] = []
-        self._out = np.zeros((64, VOCAB), dtype=np.float32)
+        self.busy_s = 0.0
+        self._out = np.zeros((64, self.n_vocab), dtype=np.float32)
+        self._base = np.zeros(self.n_vocab, dtype=np.float32)
+        if self.n_vocab > VOCAB:
+            noise = np.random.default_rng([world.seed, who == "target"]).normal(size=self.n_vocab) * NOISE_SD
+            self._base = noise.astype(np.float32)
+        self._weight = np.exp(self._base.astype(np.float64))  # each token's weight in the base row
+        self._base_total = float(self._weight.sum())
 
     def _row(self, out: np.ndarray) -> None:
         pos, prev = len(self.kv), self.kv[-1]
-        out[:] = 0.0
+        out[:] = self._base
         if self.who == "target":
             out[self.world.target_token(pos, prev)] = 30.0  # the target is sure: p is one-hot-like
             return
         token, sure = self.world.draft_token(pos, prev)
-        out[token] = math.log(sure * (VOCAB - 1) / (1.0 - sure))  # softmax(row)[token] == sure
+        rest = self._base_total - float(self._weight[token])
+        out[token] = math.log(sure * rest / (1.0 - sure))  # softmax(row)[token] == sure
 
     def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
         t0 = time.perf_counter()
         if pos != len(self.kv):
             raise RuntimeError(f"eval at {pos} but the cache holds {len(self.kv)}")
         n_rows = 0 if logits_from is None else len(tokens) - logits_from
-        out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, VOCAB), dtype=np.float32)
+        out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, self.n_vocab), dtype=np.float32)
         for i, t in enumerate(tokens):
             self.kv.append(int(t))
             if logits_from is not None and i >= logits_from:
                 self._row(out[i - logits_from])
         self.world.wait(self.who, len(tokens), t0)
+        self.busy_s += time.perf_counter() - t0
         return out[:n_rows]
 
     def trim(self, n_keep: int) -> None:
@@ -194,7 +218,7 @@ class SimModel:
         return token == self.eos_id
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        ids = [3 + sum(w.encode()) % (VOCAB - 3) for w in text.split()]
+        ids = [3 + sum(w.encode()) % (self.n_vocab - 3) for w in text.split()]
         return ([self.bos_id] if add_special else []) + ids
 
     def piece(self, token: int, special: bool = False) -> bytes:
@@ -208,8 +232,8 @@ class SimModel:
 
 
 def pair(
-    machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None
+    machine: Machine, profile: Profile, seed: int = 0, clock: VirtualClock | None = None, vocab: int = VOCAB
 ) -> tuple[SimModel, SimModel]:
     """(target, draft) on one simulated machine: `Engine(*pair(...), lookup=False)`."""
-    world = World(machine, profile, seed, clock)
+    world = World(machine, profile, seed, clock, vocab)
     return SimModel(world, "target"), SimModel(world, "draft")

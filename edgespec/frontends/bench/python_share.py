@@ -1,0 +1,76 @@
+"""The runtime's own share of a step at large vocabularies, on a simulated GPU machine.
+
+A 7B-class target with a 0.5B draft on a consumer GPU (`GPU_PAIR`: a verify of up to 8
+tokens costs one 20 ms step, a draft token 3 ms) over a 262k vocabulary (Gemma's), with
+rows that have a long tail (simulate.SimModel), through the real engine and decoder
+with the adaptive controller. The share is the generation's time outside both models'
+evals over its whole time: sampling both models' rows, verification, the controller,
+bookkeeping. The fake models' own row filling counts as theirs (it is inside the
+eval's cost, as a GPU's logits copy is).
+
+`python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from edgespec import Engine
+
+from .simulate import Curve, Machine, pair, steady
+
+GPU_PAIR = Machine("gpu-7b-0.5b", Curve(20e-3, 8, 0.1), Curve(3e-3, 8, 0.05))
+SETTINGS = {
+    "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+    "top_k=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.05},
+}
+PROMPT = [1, *range(10, 26)]
+
+
+def python_shares(
+    vocab: int = 262144,
+    machine: Machine = GPU_PAIR,
+    acceptance: float = 0.8,
+    tokens: int = 128,
+    repeats: int = 3,
+    settings: Sequence[str] = tuple(SETTINGS),
+) -> list[dict]:
+    """One record per setting: share (the median over `repeats` generations of the time
+    outside both models over the whole), tok_s, k (the K of the last step)."""
+    target, draft = pair(machine, steady(acceptance), vocab=vocab)
+    engine = Engine(target, draft, name=machine.name, lookup=False)
+    records = []
+    for name in settings:
+        shares, speeds, k = [], [], 0
+        engine.generate(PROMPT, max_tokens=tokens, **SETTINGS[name])  # the controller's warm-up
+        for _ in range(max(1, repeats)):
+            engine.reset()
+            busy = target.busy_s + draft.busy_s
+            stats = engine.generate(PROMPT, max_tokens=tokens, **SETTINGS[name]).stats
+            inside = target.busy_s + draft.busy_s - busy
+            shares.append(max(0.0, stats.elapsed_s - inside) / stats.elapsed_s)
+            speeds.append(stats.tokens_per_s)
+            k = stats.k
+        records.append(
+            {
+                "setting": name,
+                "vocab": vocab,
+                "share": statistics.median(shares),
+                "tok_s": statistics.median(speeds),
+                "k": k,
+            }
+        )
+    return records
+
+
+def format_table(records: list[dict]) -> str:
+    lines = ["| vocabulary | setting | runtime's share of the time | tokens/s | last K |", "|---:|:---|---:|---:|---:|"]
+    for r in records:
+        lines.append(f"| {r['vocab']} | {r['setting']} | {100 * r['share']:.1f}% | {r['tok_s']:.1f} | {r['k']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(f"Runtime's share of the time on a simulated {GPU_PAIR.name} pair (T = 0.8, acceptance 0.8):\n")
+    print(format_table(python_shares()))

@@ -1,0 +1,56 @@
+"""The large-vocabulary simulated pair and the runtime's-share bench built on it."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import edgespec.core.target_rows as target_rows_mod
+from edgespec.core.sampling import SamplingParams, to_dist
+from edgespec.frontends.bench import python_share
+from edgespec.frontends.bench.python_share import SETTINGS, format_table, python_shares
+from edgespec.frontends.bench.simulate import MACHINES, Curve, Machine, pair, steady
+
+FAST = Machine("fast", Curve(2e-3, 8, 0.1), Curve(0.3e-3, 8, 0.05))
+
+
+def test_large_vocabulary_rows_have_a_tail_and_keep_the_profile() -> None:
+    """Past the default vocabulary the other logits are noise, yet the target's token is its
+    argmax and the draft's softmax at its token is its confidence, as at 64 tokens."""
+    target, draft = pair(MACHINES[0], steady(0.7), vocab=5000)
+    world = target.world
+    prompt = [1, 10, 11, 12]
+    t_row = target.eval(prompt, 0, logits_from=3)[0].copy()
+    d_row = draft.eval(prompt, 0, logits_from=3)[0].copy()
+    want = world.target_token(4, 12)
+    token, sure = world.draft_token(4, 12)
+    assert t_row.shape == (5000,) and int(np.argmax(t_row)) == want
+    assert np.count_nonzero(t_row) > 4000  # a tail, not zeros
+    w = np.exp(d_row.astype(np.float64) - d_row.max())
+    assert abs(w[token] / w.sum() - sure) < 1e-5
+    assert draft.busy_s > 0.0 and target.busy_s >= MACHINES[0].target(4)
+
+
+def test_the_share_is_the_time_outside_both_models(monkeypatch) -> None:
+    """The target's rows (one per step at least, whatever K) transformed 2 ms slower must show."""
+    base = python_shares(vocab=2000, machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
+    slow_s = 2e-3
+
+    def slow_to_dist(row: np.ndarray, params: SamplingParams):
+        time.sleep(slow_s)
+        return to_dist(row, params)
+
+    monkeypatch.setattr(target_rows_mod, "to_dist", slow_to_dist)
+    slow = python_shares(vocab=2000, machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
+    assert 0.0 <= base["share"] < 0.5
+    assert slow["share"] > base["share"] + 0.1
+    assert slow["tok_s"] < base["tok_s"]
+
+
+def test_the_table_has_a_line_per_setting() -> None:
+    records = python_shares(vocab=300, machine=FAST, tokens=8, repeats=1)
+    lines = format_table(records).splitlines()
+    assert len(lines) == 2 + len(SETTINGS)
+    assert lines[2].startswith("| 300 | top_k=40 | ")
+    assert python_share.GPU_PAIR.target(8) == python_share.GPU_PAIR.target(1)  # a GPU: flat to its knee
