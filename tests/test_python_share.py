@@ -34,7 +34,7 @@ def test_large_vocabulary_rows_have_a_tail_and_keep_the_profile() -> None:
 
 def test_the_share_is_the_time_outside_both_models(monkeypatch) -> None:
     """The target's rows (one per step at least, whatever K) transformed 2 ms slower must show."""
-    base = python_shares(vocab=2000, machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
+    base = python_shares(vocabs=[2000], machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
     slow_s = 2e-3
 
     def slow_to_dist(row: np.ndarray, params: SamplingParams):
@@ -42,14 +42,14 @@ def test_the_share_is_the_time_outside_both_models(monkeypatch) -> None:
         return to_dist(row, params)
 
     monkeypatch.setattr(target_rows_mod, "to_dist", slow_to_dist)
-    slow = python_shares(vocab=2000, machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
+    slow = python_shares(vocabs=[2000], machine=FAST, tokens=24, repeats=1, settings=["top_k=40"])[0]
     assert 0.0 <= base["share"] < 0.5
     assert slow["share"] > base["share"] + 0.1
     assert slow["tok_s"] < base["tok_s"]
 
 
 def test_the_table_has_a_line_per_setting() -> None:
-    records = python_shares(vocab=300, machine=FAST, tokens=8, repeats=1)
+    records = python_shares(vocabs=[300], machine=FAST, tokens=8, repeats=1)
     lines = format_table(records).splitlines()
     assert len(lines) == 2 + len(SETTINGS)
     assert lines[2].startswith("| 300 | top_k=40 | ")

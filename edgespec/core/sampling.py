@@ -208,17 +208,18 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
         return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
     if params.top_p >= 1.0:
         return _head(logits, top, None, 0.0, params, _SLACK)
+    band = None
     if params.min_p > 0.0:
-        kept = _min_p_first(logits, top, params)
+        kept, band = _min_p_first(logits, top, params)
         if kept is not None:
             return kept
     if logits.dtype == np.float32 and params.min_p > 0.0:  # (top-p alone keeps thousands: cuts too dense)
         weights, error = _weights32(logits, top)
-        kept = _head(logits, top, weights, float(weights.sum(dtype=np.float64)), params, _SLACK + error)
+        kept = _head(logits, top, weights, float(weights.sum(dtype=np.float64)), params, _SLACK + error, band)
         if kept is not None:
             return kept
     weights = _weights64(logits, top)
-    return _head(logits, top, weights, float(weights.sum()), params, _SLACK)
+    return _head(logits, top, weights, float(weights.sum()), params, _SLACK, band)
 
 
 # How deep below the top `_min_p_first` looks for the weight that shows top-p cuts no sooner than
@@ -226,23 +227,26 @@ def _untruncated_head(logits: np.ndarray, params: SamplingParams) -> tuple[np.nd
 _BAND = 6.0
 
 
-def _min_p_first(logits: np.ndarray, top: np.generic, params: SamplingParams) -> tuple[np.ndarray, np.ndarray] | None:
-    """Min-p's kept tokens, where top-p provably cuts no sooner, or None. Top-p keeps at least
-    the tokens whose mass before them is under top_p; that mass over the row's total weight is
-    at most the same mass over the weight of any part of the row, so the tokens within
-    `_BAND` nats of the top (few, in a real row) show it without the exp of the whole row."""
-    depth = max(_BAND, -math.log(params.min_p)) + 1e-6  # every token min-p may keep is in the band
-    ids = np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype))
-    if ids.size > _SHORT_HEAD:
-        return None
-    ids, vals = _by_logit(logits, ids)
+def _min_p_first(
+    logits: np.ndarray, top: np.generic, params: SamplingParams
+) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray]:
+    """Min-p's kept tokens where top-p provably cuts no sooner (else None), and the ascending
+    ids of the band looked at (every token min-p may keep is in it). Top-p keeps at least the
+    tokens whose mass before them is under top_p; that mass over the row's total weight is at
+    most the same mass over the weight of any part of the row, so the tokens within `_BAND`
+    nats of the top (few, in a real row) show it without the exp of the whole row."""
+    depth = max(_BAND, -math.log(params.min_p)) + 1e-6
+    band = np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype))
+    if band.size > _SHORT_HEAD:
+        return None, band
+    ids, vals = _by_logit(logits, band)
     weights = np.exp(vals - vals[0])
     if np.any(np.abs(weights - params.min_p) <= _SLACK * params.min_p):
-        return None
+        return None, band
     by_min = int(np.count_nonzero(weights >= params.min_p))
     if float(weights[: by_min - 1].sum()) >= (params.top_p - _SLACK) * float(weights.sum()):
-        return None  # top-p may cut first: its cut needs the whole row's weight
-    return ids[:by_min], vals[:by_min]
+        return None, band  # top-p may cut first: its cut needs the whole row's weight
+    return (ids[:by_min], vals[:by_min]), band
 
 
 def _weights64(logits: np.ndarray, top: np.generic) -> np.ndarray:
@@ -272,27 +276,41 @@ def _weights32(logits: np.ndarray, top: np.generic) -> tuple[np.ndarray, float]:
 
 
 def _head(
-    logits: np.ndarray, top: np.generic, weights: np.ndarray | None, total: float, params: SamplingParams, slack: float
+    logits: np.ndarray,
+    top: np.generic,
+    weights: np.ndarray | None,
+    total: float,
+    params: SamplingParams,
+    slack: float,
+    band: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The kept tokens from a head of the row (see _head_ids), or None where `_certain_keep`
     cannot decide the cut from it; `total` is the row's weight within `slack` relatively."""
-    ids, whole_min_p = _head_ids(logits, top, weights, total, params, slack)
+    ids, whole_min_p = _head_ids(logits, top, weights, total, params, slack, band)
     ids, vals = _by_logit(logits, ids)
     keep = _certain_keep(vals, total, params, whole_min_p, logits.shape[0], slack)
     return None if keep is None else (ids[:keep], vals[:keep])
 
 
 def _head_ids(
-    logits: np.ndarray, top: np.generic, weights: np.ndarray | None, total: float, params: SamplingParams, slack: float
+    logits: np.ndarray,
+    top: np.generic,
+    weights: np.ndarray | None,
+    total: float,
+    params: SamplingParams,
+    slack: float,
+    band: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Ascending ids of the tokens down to some depth below the top (so a prefix of the sorted
     row, ties included) that hold every token top-p and min-p keep; and whether they hold every
     token that passes min-p. `weights` (exp(logit - top), summing to `total` within `slack`)
-    may be None for min-p alone."""
+    may be None for min-p alone; `band`, ascending ids of every token as deep as min-p keeps
+    and deeper, narrows the search for them."""
     target = (params.top_p + 2 * slack) * total
     if params.min_p > 0.0:
         # deeper tokens weigh less than min_p of the top
-        ids = np.flatnonzero(logits >= _floor(float(top) + math.log(params.min_p) - 1e-6, logits.dtype))
+        bar = _floor(float(top) + math.log(params.min_p) - 1e-6, logits.dtype)
+        ids = np.flatnonzero(logits >= bar) if band is None else band[logits[band] >= bar]
         if weights is None or params.top_p >= 1.0 or ids.size <= _SHORT_HEAD or weights[ids].sum() < target:
             return ids, True  # top-p cuts inside it, or not before min-p does
         return ids[_top_p_band(top - logits[ids], weights[ids], target)], False

@@ -29,15 +29,22 @@ PROMPT = [1, *range(10, 26)]
 
 
 def python_shares(
-    vocab: int = 262144,
+    vocabs: Sequence[int] = (49152, 151936, 262144),
     machine: Machine = GPU_PAIR,
     acceptance: float = 0.8,
     tokens: int = 128,
     repeats: int = 3,
     settings: Sequence[str] = tuple(SETTINGS),
 ) -> list[dict]:
-    """One record per setting: share (the median over `repeats` generations of the time
-    outside both models over the whole), tok_s, k (the K of the last step)."""
+    """One record per vocabulary size and setting: share (the median over `repeats`
+    generations of the time outside both models over the whole), tok_s, k (the K of the
+    last step)."""
+    return [r for vocab in vocabs for r in _shares(vocab, machine, acceptance, tokens, repeats, settings)]
+
+
+def _shares(
+    vocab: int, machine: Machine, acceptance: float, tokens: int, repeats: int, settings: Sequence[str]
+) -> list[dict]:
     target, draft = pair(machine, steady(acceptance), vocab=vocab)
     engine = Engine(target, draft, name=machine.name, lookup=False)
     records = []
