@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import pytest
 import numpy as np
 
-from edgespec.core.sampling import Dist, SamplingParams, to_dist
+from edgespec.core.sampling import Dist, SamplingParams, confidence, to_dist
 
 
 def test_temperature_zero_is_one_hot_on_argmax() -> None:
@@ -51,3 +52,21 @@ def test_same_function_for_target_and_draft_rows_is_deterministic() -> None:
     a = to_dist(row, SamplingParams())
     b = to_dist(row.copy(), SamplingParams())
     assert a.ids.tolist() == b.ids.tolist() and np.array_equal(a.probs, b.probs)
+
+
+@pytest.mark.parametrize("kind", ["peaked", "flat", "sure"])
+@pytest.mark.parametrize("n", [100, 49152, 262144])
+def test_the_greedy_confidence_is_within_a_hair_of_the_softmax_top(kind: str, n: int) -> None:
+    """On long rows the tail is counted from a stride of it: a hint for the stop rule, close
+    to the exact top probability of the untempered softmax (exact on short rows)."""
+    from edgespec.frontends.bench.row_timing import sample_row
+
+    rng = np.random.default_rng(n)
+    row = sample_row(n, "peaked" if kind == "sure" else kind, rng)
+    if kind == "sure":
+        row[int(np.argmax(row))] += 6.0
+    greedy = SamplingParams(temperature=0.0)
+    got = confidence(row, to_dist(row, greedy), greedy)
+    w = np.exp(row.astype(np.float64) - float(row.max()))
+    want = 1.0 / w.sum()
+    assert abs(got - want) <= (1e-6 if n < 4096 else 0.02 * max(want, 0.05)), (got, want)

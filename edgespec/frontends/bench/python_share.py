@@ -1,12 +1,12 @@
 """The runtime's own share of a step at large vocabularies, on a simulated GPU machine.
 
 A 7B-class target with a 0.5B draft on a consumer GPU (`GPU_PAIR`: a verify of up to 8
-tokens costs one 20 ms step, a draft token 3 ms) over a 262k vocabulary (Gemma's), with
-rows that have a long tail (simulate.SimModel), through the real engine and decoder
-with the adaptive controller. The share is the generation's time outside both models'
-evals over its whole time: sampling both models' rows, verification, the controller,
-bookkeeping. The fake models' own row filling counts as theirs (it is inside the
-eval's cost, as a GPU's logits copy is).
+tokens costs one 20 ms step, a draft token 3 ms) at 49k / 152k / 262k vocabularies, with
+rows that have a long tail (simulate.SimModel), through the real engine and decoder with
+the adaptive controller, at T = 0.8 (top_k 40, or off) and greedy. The share is the
+generation's time outside both models' evals over its whole time: sampling both models'
+rows, verification, the controller, bookkeeping. The fake models' own row filling counts
+as theirs (it is inside the eval's cost, as a GPU's logits copy is).
 
 `python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
 """
@@ -24,6 +24,7 @@ GPU_PAIR = Machine("gpu-7b-0.5b", Curve(20e-3, 8, 0.1), Curve(3e-3, 8, 0.05))
 SETTINGS = {
     "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
     "top_k=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.05},
+    "greedy": {"temperature": 0.0},
 }
 PROMPT = [1, *range(10, 26)]
 
@@ -79,5 +80,5 @@ def format_table(records: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    print(f"Runtime's share of the time on a simulated {GPU_PAIR.name} pair (T = 0.8, acceptance 0.8):\n")
+    print(f"Runtime's share of the time on a simulated {GPU_PAIR.name} pair (T = 0.8 or greedy, acceptance 0.8):\n")
     print(format_table(python_shares()))
