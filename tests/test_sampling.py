@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-import pytest
 import numpy as np
+import pytest
 
 from edgespec.core.sampling import Dist, SamplingParams, confidence, to_dist
 

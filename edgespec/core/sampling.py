@@ -156,7 +156,7 @@ def _top_k_head(logits: np.ndarray, k: int, params: SamplingParams) -> tuple[np.
     cols = n // group
     body, rest = logits[: group * cols].reshape(group, cols), logits[group * cols :]
     col_max = body.max(axis=0)
-    top = max(col_max.max(), rest.max()) if rest.size else col_max.max()
+    top = np.maximum(col_max.max(), rest.max()) if rest.size else col_max.max()  # (Python's max drops a NaN)
     if not np.isfinite(top):  # NaN or +inf: leave the result to the definition
         return None
     bar = np.partition(col_max, cols - k)[cols - k]  # k distinct column maxima reach it
