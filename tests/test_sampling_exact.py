@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.core import sampling
+from edgespec.core import top_p as top_p_module
 from edgespec.core.sampling import Dist, SamplingParams, to_dist
 from edgespec.frontends.bench.row_timing import ROWS, sample_row
 
@@ -168,9 +169,9 @@ def test_realistic_rows_sum_their_weights_in_float32(monkeypatch) -> None:
         raise AssertionError("summed the row in float64")
 
     calls = []
-    weights32 = sampling._weights32
-    monkeypatch.setattr(sampling, "_weights32", lambda *a: calls.append(1) or weights32(*a))
-    monkeypatch.setattr(sampling, "_weights64", no_float64)
+    weights32 = top_p_module._weights32
+    monkeypatch.setattr(top_p_module, "_weights32", lambda *a: calls.append(1) or weights32(*a))
+    monkeypatch.setattr(top_p_module, "_weights64", no_float64)
     got = to_dist(row, params)
     assert calls
     assert got.ids.tolist() == want.ids.tolist()
@@ -192,8 +193,8 @@ def test_rows_where_min_p_cuts_first_sum_nothing_but_the_band(
     def no_row_sum(*args: object) -> None:
         raise AssertionError("summed the whole row")
 
-    monkeypatch.setattr(sampling, "_weights32", no_row_sum)
-    monkeypatch.setattr(sampling, "_weights64", no_row_sum)
+    monkeypatch.setattr(top_p_module, "_weights32", no_row_sum)
+    monkeypatch.setattr(top_p_module, "_weights64", no_row_sum)
     params = SamplingParams(0.8, 0, top_p, min_p)
     got, want = to_dist(row, params), reference_to_dist(row, params)
     assert got.ids.tolist() == want.ids.tolist()
@@ -210,8 +211,8 @@ def test_a_band_too_light_to_show_the_cut_falls_back_to_the_row_sum(top_p: float
     row[:4] = 0.0, np.log(0.9), np.log(0.8), np.log(0.7)
     row = row.astype(np.float32)
     calls = []
-    weights32 = sampling._weights32
-    monkeypatch.setattr(sampling, "_weights32", lambda *a: calls.append(1) or weights32(*a))
+    weights32 = top_p_module._weights32
+    monkeypatch.setattr(top_p_module, "_weights32", lambda *a: calls.append(1) or weights32(*a))
     params = SamplingParams(0.8, 0, top_p, 0.05)
     got, want = to_dist(row, params), reference_to_dist(row, params)
     assert calls
