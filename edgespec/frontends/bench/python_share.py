@@ -3,7 +3,8 @@
 A 7B-class target with a 0.5B draft on a consumer GPU (`GPU_PAIR`: a verify of up to 8
 tokens costs one 20 ms step, a draft token 3 ms) at 49k / 152k / 262k vocabularies, with
 rows that have a long tail (simulate.SimModel), through the real engine and decoder with
-the adaptive controller, at T = 0.8 (top_k 40, or off) and greedy. The share is the
+the adaptive controller and prompt lookup on (as by default; the simulated text seldom
+repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40, or off) and greedy. The share is the
 generation's time outside both models' evals over its whole time: sampling both models'
 rows, verification, the controller, bookkeeping. The fake models' own row filling counts
 as theirs (it is inside the eval's cost, as a GPU's logits copy is).
@@ -47,7 +48,7 @@ def _shares(
     vocab: int, machine: Machine, acceptance: float, tokens: int, repeats: int, settings: Sequence[str]
 ) -> list[dict]:
     target, draft = pair(machine, steady(acceptance), vocab=vocab)
-    engine = Engine(target, draft, name=machine.name, lookup=False)
+    engine = Engine(target, draft, name=machine.name)  # prompt lookup on, as by default
     records = []
     for name in settings:
         shares, speeds, k = [], [], 0
