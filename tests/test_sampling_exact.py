@@ -178,6 +178,25 @@ def test_realistic_rows_sum_their_weights_in_float32(monkeypatch) -> None:
     assert np.allclose(got.probs, want.probs, rtol=0.0, atol=1e-12)
 
 
+@pytest.mark.parametrize("gap, float64", [(3e-8, True), (-3e-8, True), (1e-4, False), (-1e-4, False)])
+def test_a_top_p_cut_within_the_float32_bound_is_decided_in_float64(gap: float, float64: bool, monkeypatch) -> None:
+    """top_p set 3e-8 from a token's cumulative mass: inside the float32 sum's error bound
+    (about 1e-6), outside float64's (1e-9), so the float64 weights decide it, and the cut is
+    the definition's; 1e-4 away float32 decides alone."""
+    row = (np.random.default_rng(9).normal(size=20000) * 2.0).astype(np.float32)
+    vals = np.sort(row.astype(np.float64))[::-1]
+    mass = np.cumsum(np.exp(vals - vals[0]))
+    mass /= mass[-1]
+    params = SamplingParams(top_k=0, top_p=float(mass[30]) + gap, min_p=1e-6)  # min-p keeps all 32
+    calls = []
+    weights64 = top_p_module._weights64
+    monkeypatch.setattr(top_p_module, "_weights64", lambda *a: calls.append(1) or weights64(*a))
+    got, want = to_dist(row, params), reference_to_dist(row, params)
+    assert got.ids.tolist() == want.ids.tolist()
+    assert len(got.ids) == (31 if gap < 0 else 32)
+    assert bool(calls) == float64
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("top_p, min_p", [(0.95, 0.05), (0.99, 0.05), (0.9, 0.2), (0.99, 0.02)])
 def test_rows_where_min_p_cuts_first_sum_nothing_but_the_band(
