@@ -42,7 +42,8 @@ def untruncated_head(logits: np.ndarray, params: Cuts) -> tuple[np.ndarray, np.n
     """Top-p / min-p over the whole row without sorting it: one pass gives every token's weight
     and their sum (the definition's normaliser), a few more find a depth below the top that
     holds every token the cuts may keep; only those are sorted. Min-p alone needs no sum (its
-    cut is relative to the top). With min-p on, the sum is taken in float32 first
+    cut is relative to the top). With min-p on, a band a few nats deep often shows that
+    top-p cuts no sooner (`_min_p_first`: no sum at all); else the sum is taken in float32 first
     (`_weights32`: several times faster where numpy's float64 exp has no SIMD path, as on
     AVX2), with its error bound added to the top-p slack; a cut within that bound is decided
     by float64 weights. Top-p alone keeps thousands of tokens, whose cumulative masses lie
