@@ -17,9 +17,9 @@ Pure numpy; the RNG is always injected.
 The definition sorts the k largest logits (the whole row when top-k is off)
 and cuts; at 150k-260k vocabularies that sort is most of a row's cost. So
 to_dist first tries paths that sort only a head of the row (found from column
-maxima for top-k; for top-p / min-p from a band below the top or the row's total
-weight: top_p.py) and return exactly the definition's Dist: the same ids in the same order, the same
-probabilities. Where they cannot show that (ties whose order only the full
+maxima for top-k; for top-p / min-p from a band below the top or the row's
+total weight: top_p.py) and return exactly the definition's Dist: the same ids
+in the same order, the same probabilities. Where they cannot show that (ties whose order only the full
 partition decides, a cut within rounding of top_p or min_p, NaN or inf), the
 definition runs. tests/test_sampling_exact.py holds the definition's original
 code and compares the two.
