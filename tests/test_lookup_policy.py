@@ -268,3 +268,40 @@ def test_a_lagging_draft_is_caught_up_only_when_the_model_beats_the_steps_it_sat
     else:
         raise AssertionError("the model never came back")
     assert i < 20
+
+
+def _returns_that_buy(steps: int, cycles: int, lag: int = 24) -> list[int]:
+    """A hybrid whose model comes back after each stretch of plain and lookup steps (lookup has
+    nothing to offer at the return) and then drafts `steps` steps, most drafts accepted; a
+    catch-up costs 4 ms a token, a fifth of a plain step (the demo pair's ratio). The K it
+    plans at each return, 0 where it declined to feed the draft what it missed."""
+    ctrl = _hybrid_measured(0.002)
+    ks = []
+    for _ in range(cycles):
+        for _ in range(2):  # a short copy, then plain steps: the lag grows and lookup goes quiet
+            ctrl.observe(StepOutcome(4, 4, 0.0, cpu_like(5), cpu_like(5), source=LOOKUP, match=4))
+        for _ in range(lag - 10):
+            ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1)))
+        k = ctrl.plan(lag, Proposal()).k
+        ks.append(k)
+        if not k:
+            continue
+        for i in range(steps):
+            n = k if i == 0 else ctrl.plan(0, Proposal()).k
+            ctrl.observe(
+                StepOutcome(
+                    n, n - (n > 3), 0.004 * n, cpu_like(n + 1), cpu_like(n + 1) + 0.004 * n,
+                    catch_up_s=0.004 * lag if i == 0 else 0.0, catch_up_n=lag if i == 0 else 0,
+                )
+            )  # fmt: skip
+    return ks
+
+
+def test_a_return_is_charged_its_catch_up_over_the_model_steps_returns_have_bought() -> None:
+    # rename at T = 0: between copies the model came back for a step or two, and each return's
+    # catch-up made those steps slower than the plain ones they replaced. Charged by the share of
+    # steps lookup would take (none here: it offers nothing), it kept coming back.
+    short = _returns_that_buy(1, 30)
+    assert short[-10:].count(0) >= 8, short  # a lag of 24 tokens for one model step: plain steps instead
+    long = _returns_that_buy(20, 30)
+    assert all(k > 0 for k in long), long  # returns that buy a long stretch go on
