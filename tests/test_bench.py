@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from edgespec.frontends.bench.copying import markdown
 from edgespec.frontends.cli import main
 from tests.conftest import demo_paths
 
@@ -81,3 +82,13 @@ def test_bench_refuses_bad_options_before_running(option: str, value: str, words
     assert main(["bench", "--no-native", "--out", "/nonexistent/never", option, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_the_lookup_table_says_n_a_for_llama_cpp_columns_not_run() -> None:
+    cell = {"prompt": "rename", "temperature": 0.0, "plain": 37.4, "draftless": 50.1, "model": 43.4,
+            "hybrid": 43.6, "copied": 0.45}  # fmt: skip
+    row = markdown([cell]).splitlines()[-1]
+    assert row.startswith("| rename | 0.0 | n/a | n/a | n/a | n/a | 37.4 | 50.1 | 43.4 | 43.6 | 45% | n/a | n/a |")
+    native = {**cell, "llama_plain": 38.0, "llama_plain_empty": 44.0, "llama_ngram-simple": 39.0}
+    row = markdown([native]).splitlines()[-1]
+    assert "| rename | 0.0 | 44.0 | 38.0 | 39.0 | n/a | 37.4 |" in row

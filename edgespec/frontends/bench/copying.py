@@ -187,6 +187,11 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "n/a"
 
 
+def speed(x: float | None) -> str:
+    """Tokens/s to one decimal, or "n/a" for a column not run (llama.cpp's, with --no-native)."""
+    return f"{x:.1f}" if x else "n/a"
+
+
 def markdown(cells: list[dict]) -> str:
     head = (
         "| prompt | T | llama.cpp plain, empty context | llama.cpp plain | best n-gram | best chained | edgespec plain "
@@ -197,8 +202,8 @@ def markdown(cells: list[dict]) -> str:
     for c in cells:
         ngram, chained, plain = _best(c, "llama_ngram"), _best(c, "llama_chained"), c.get("llama_plain", 0.0)
         rows.append(
-            f"| {c['prompt']} | {c['temperature']} | {c.get('llama_plain_empty', 0.0):.1f} | {plain:.1f} "
-            f"| {ngram:.1f} | {chained:.1f} | {c['plain']:.1f} "
+            f"| {c['prompt']} | {c['temperature']} | {speed(c.get('llama_plain_empty'))} | {speed(plain)} "
+            f"| {speed(ngram)} | {speed(chained)} | {c['plain']:.1f} "
             f"| {c['draftless']:.1f} | {c['model']:.1f} | {c['hybrid']:.1f} | {c.get('copied', 0.0):.0%} "
             f"| {ratio(c['draftless'], plain)} "
             f"| {ratio(c['draftless'], ngram)} | {ratio(c['draftless'], c['plain'])} "
