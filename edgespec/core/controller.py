@@ -96,8 +96,6 @@ class AdaptiveK:
         self._curve: list[float] = []
         self._plain, self._recover_at = False, 0  # plain decoding chosen (not a probe); when to check it
         self._lookup_share = 0.0  # the share of recent steps lookup would take from a caught-up model
-        # model steps since the draft last caught up on a lag; decayed (model steps, such returns) before
-        self._run, self._runs = 0, (0.0, 0.0)
         self._score = False  # the next plain step catches the draft up and scores what it missed
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
@@ -228,20 +226,19 @@ class AdaptiveK:
         wins = offer[0] > 0 and offer[1] > max(self.speed(best), plain)
         self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
         stay = max(self.speed(0), self.lookup.draftless_speed(feed[1]) if lag >= 2 else 0.0)
-        share = self._return_share(proposal is not None)
-        if k > 0 and not self._plain and self._model_speed(k, lag, share) < stay:
+        if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < stay:
             # not worth feeding the draft what it missed: lookup will soon take over again, or the steps
             # it sat out gave more (a probe of a neighbouring K too: it can wait for a step without a catch-up)
             plan = Plan(0)
         if not offer[0]:
-            return self._returning(plan, lag)
-        alternative = max(self._model_speed(k, lag, share) if plan.k else 0.0, plain)
+            return plan
+        alternative = max(self._model_speed(k, lag, self._lookup_share) if plan.k else 0.0, plain)
         chosen = self._lookup_or(plan, offer, alternative)
         if plan.score and not chosen.score:
             self._score, self._asked = True, False  # a lookup step took its place: score at the next plain step
         elif self._plain and plan.k and chosen.source == LOOKUP:
             self._recover_at = self.steps + 1  # and the same for a recovery probe
-        return self._returning(chosen, lag)
+        return chosen
 
     def begin(self, max_tokens: int | None = None) -> None:
         """A new request of at most `max_tokens`: plain decoding left from the last answer is checked at once."""
@@ -278,33 +275,15 @@ class AdaptiveK:
                 take, copied = j, (sure + gain) / t
         return take if copied > model else 0
 
-    def _return_share(self, lookup: bool) -> float:
-        """The share of a catch-up charged to one model step (`_model_speed`): one over the model
-        steps a return after a lag has bought lately (`_runs`, decayed as lookup's record:
-        LOOKUP_DECAY per return). Before any return, and without lookup (a lag then comes from
-        plain decoding, whose own rules decide the return), the share of recent steps lookup
-        would take from a caught-up model stands in for it (1 / that share: the model steps
-        until lookup takes over again). The inference fell short where the model came back
-        between copies for a step or two: on rename at T = 0 its returns made 31.8 tok/s with
-        their catch-ups, under plain decoding's 32.6, predicted at 36-38 with that share's charge."""
-        steps, returns = self._runs
-        return returns / steps if lookup and steps > 0 else self._lookup_share
-
-    def _returning(self, plan: Plan, lag: int) -> Plan:
-        """`plan`, after counting it as a return when it drafts from the model on a lag."""
-        if plan.k and plan.source == MODEL and lag >= 2 and self._run:
-            steps, returns = self._runs
-            self._runs, self._run = (LOOKUP_DECAY * steps + self._run, LOOKUP_DECAY * returns + 1.0), 0
-        return plan
-
     def _model_speed(self, k: int, lag: int, share: float) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
-        plain steps), `share` of that catch-up charged to this step (`_return_share`): a
-        catch-up buys the model steps until lookup takes over again, so none of it on text
-        lookup does not copy, where a long lag is paid once and the model keeps going.
-        Charged whole against every proposal, a lag grown over a copy kept the model out after
-        the copy ended (rename at T = 0: one-token lookups accepted a fifth of the time and
-        plain steps for 150 tokens, where the model drafts 6 of 6)."""
+        plain steps). The catch-up buys the model steps until lookup takes over again, about
+        1 / `share` of them (the share of recent steps lookup would take from a caught-up
+        model), so only that share of it is charged: none on text lookup does not copy, where
+        a long lag is paid once and the model keeps going. Charged whole against every
+        proposal, a lag grown over a copy kept the model out after the copy ended (rename at
+        T = 0: one-token lookups accepted a fifth of the time and plain steps for 150 tokens,
+        where the model drafts 6 of 6)."""
         costs = self.step_costs()
         t = costs[k] if k < len(costs) else 0.0
         if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
@@ -399,8 +378,6 @@ class AdaptiveK:
         self._asked = False
         if copy_scored:
             self.lookup.record(o.extended_match, copied, copied_accepted, fade=not o.shadow[0])
-        if o.k > 0:
-            self._run += 1  # a model step (lookup steps returned above)
         if own > 0:
             self.acc.observe(own, own_accepted, o.sure[:own])
             if self._plain and o.n_accepted == o.k:
