@@ -54,7 +54,9 @@ def test_a_forced_call_follows_the_functions_schema_with_drafts_accepted(demo_en
     tools = demo_engine.tools([BOOK, CONVERT], "required")
     accepted = 0
     for seed in range(3):
-        res = demo_engine.generate(ASK, temperature=0.8, max_tokens=160, seed=seed, tools=tools)
+        # a fixed K: on a loaded machine the adaptive controller may rightly decode plainly, and
+        # this test is about drafts under the tool grammar, not about when they pay
+        res = demo_engine.generate(ASK, temperature=0.8, max_tokens=160, seed=seed, tools=tools, k=4)
         assert res.finish_reason == "tool_calls" and res.tool_calls, res.text
         for call in res.tool_calls:
             spec = BOOK if call.name == "book_table" else CONVERT
@@ -65,7 +67,7 @@ def test_a_forced_call_follows_the_functions_schema_with_drafts_accepted(demo_en
 
 def test_greedy_calls_are_the_same_with_and_without_speculation(demo_engine) -> None:
     tools = demo_engine.tools([BOOK], {"type": "function", "function": {"name": "book_table"}})
-    spec = demo_engine.generate(ASK, temperature=0, max_tokens=160, tools=tools)
+    spec = demo_engine.generate(ASK, temperature=0, max_tokens=160, tools=tools, k=4)  # drafts, whatever the load
     plain = demo_engine.generate(ASK, temperature=0, max_tokens=160, tools=tools, speculative=False)
     assert spec.tokens == plain.tokens and spec.stats.n_drafted > 0
     assert [c.name for c in spec.tool_calls] == ["book_table"]
