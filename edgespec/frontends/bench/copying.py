@@ -188,7 +188,8 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def speed(x: float | None) -> str:
-    """Tokens/s to one decimal, or "n/a" for a column not run (llama.cpp's, with --no-native)."""
+    """Tokens/s to one decimal, or "n/a" for a column not run (llama.cpp's with --no-native;
+    both bench reports use it)."""
     return f"{x:.1f}" if x else "n/a"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .copying import markdown as copying_markdown
-from .copying import ratio
+from .copying import ratio, speed
 
 
 def _fixed(cell: dict) -> dict[int, float]:
@@ -105,9 +105,8 @@ def markdown(result: dict) -> str:
     ]
     for r in rows:
         ns = f"{r['native_spec_best']:.1f} ({r['native_spec_n_max']})" if r["native_spec_best"] else "n/a"
-        npl = f"{r['native_plain']:.1f}" if r["native_plain"] else "n/a"
         out.append(
-            f"| {r['prompt']} | {r['T']} | {npl} | {ns} | {r['edgespec_k0']:.1f} "
+            f"| {r['prompt']} | {r['T']} | {speed(r['native_plain'])} | {ns} | {r['edgespec_k0']:.1f} "
             f"| {r['best_fixed']:.1f} (K={r['best_k']}) | {r['adaptive']:.1f} "
             f"| {ratio(r['adaptive'], r['native_plain'])} | {ratio(r['adaptive'], r['native_spec_best'])} "
             f"| {ratio(r['best_fixed'], r['native_plain'])} | {ratio(r['best_fixed'], r['native_spec_best'])} "
