@@ -113,6 +113,7 @@ def markdown(result: dict) -> str:
             f"| {ratio(r['adaptive'], r['best_fixed'])} | {ratio(r['adaptive'], r['median_fixed'])} "
             f"| {100 * r['python_share']:.0f}% |"
         )
+    out += sampled_note(result)
     out += [
         "",
         "## Formula vs achieved (best fixed K of each cell)",
@@ -177,7 +178,27 @@ def markdown(result: dict) -> str:
         for name, v in bp["prompts"].items():
             p, a, k4 = v["plain"]["tokens_per_s"], v["adaptive"]["tokens_per_s"], v["k4"]["tokens_per_s"]
             out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {ratio(a, p)} |")
+        out += ["", f"{UNPAIRED} {DECISIONS}"]
     return "\n".join(out) + "\n"
+
+
+UNPAIRED = (
+    "Above T = 0 each column samples its own text (the same distribution, not the same tokens), "
+    "and texts differ in length and in how well the draft agrees with them: a column's median "
+    "carries that luck."
+)
+BEST_OF = "The best fixed K, the best of several such columns, carries more of it than the median fixed K."
+DECISIONS = (
+    "The controller's decisions alone, without the machine's noise: docs/scripts/virtual_costs.py "
+    "with many seeds (docs/bench-history.md)."
+)
+
+
+def sampled_note(result: dict) -> list[str]:
+    """The caveat under the cells table when some cell was sampled (T > 0); none at T = 0 alone."""
+    if not any(c["temperature"] > 0 for c in result["cells"]):
+        return []
+    return ["", f"{UNPAIRED} {BEST_OF} {DECISIONS}"]
 
 
 def chart(result: dict, path: Path) -> None:
