@@ -12,7 +12,9 @@ by d and the target's per-token slope by s (other machines).
 
 Arguments: columns (plain, draftless, model, hybrid, or kN: the model draft at a fixed K = N),
 prompts (the copy prompts, or make bench's code, story, explanation), temperatures, repeats;
-TOKENS=n the answer's length (256). make bench's adaptive cells, noise-free:
+TOKENS=n the answer's length (256); FRESH=1 new engines for each prompt (by default the
+prompts run in order on one engine per column, whose controller carries its state from one
+prompt to the next, as a server's does). make bench's adaptive cells, noise-free:
 
     TOKENS=128 COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py \
         k0,k1,k2,k3,k4,k5,k6,k7,k8,model code,story,explanation 0 2
@@ -39,6 +41,7 @@ from edgespec.llama.models import prepare_pair
 FEED = ([1, 8, 16, 32, 128, 2048], [17.1, 59, 114, 217, 415, 415 * 16])
 DRAFT, SLOPE = (float(x) for x in os.environ.get("COSTS", "1,1").split(","))
 TOKENS = int(os.environ.get("TOKENS", "256"))
+FRESH = os.environ.get("FRESH") == "1"
 
 
 def main() -> None:
@@ -59,15 +62,24 @@ def main() -> None:
 
     target, draft = prepare_pair(load_config(None), "demo")
     kinds = {"plain": (None, False), "draftless": (None, True), "model": (draft, False), "hybrid": (draft, True)}
-    engines = {}
-    for col in cols:
-        kind = kinds.get(col, (draft, False))  # kN: the model draft at a fixed K = N
-        engine = Engine.load(target, kind[0], n_ctx=2048, lookup=kind[1])
-        timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000)
-        if engine._decoder.draft is not None:
-            timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000)
-        engines[col] = engine
+
+    def load() -> dict:
+        engines = {}
+        for col in cols:
+            kind = kinds.get(col, (draft, False))  # kN: the model draft at a fixed K = N
+            engine = Engine.load(target, kind[0], n_ctx=2048, lookup=kind[1])
+            timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000)
+            if engine._decoder.draft is not None:
+                timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000)
+            engines[col] = engine
+        return engines
+
+    engines = load()
     for name in prompts:
+        if FRESH and name != prompts[0]:
+            for engine in engines.values():
+                engine.close()
+            engines = load()  # no controller state carried over from the prompts before
         for temp in temps:
             runs: dict[str, list[float]] = {col: [] for col in cols}
             for r in range(reps):
