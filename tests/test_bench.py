@@ -56,6 +56,9 @@ def test_bench_lookup_section_runs_every_column_and_reports_ratios(tmp_path: Pat
         assert all(cell[col] > 0 for col in ("plain", "draftless", "model", "hybrid"))
     md = (out / "bench.md").read_text()
     assert "## Prompt lookup" in md and "| rename | 0.0 |" in md and "draftless / edgespec plain" in md
+    # the targets table: llama.cpp's columns were not run (n/a), edgespec's are judged
+    assert "| draftless / llama.cpp plain | 0.0 | median of 1 copy prompts | n/a | >= 1.80x | - |" in md
+    assert "| hybrid / model-only, prose | 0.0 | prose |" in md
 
 
 def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

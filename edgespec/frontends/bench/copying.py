@@ -88,6 +88,7 @@ PROMPTS: dict[str, list[dict[str, str]]] = {
     ],
     "prose": [{"role": "user", "content": "Write a short story about a robot who learns to paint."}],
 }
+PROSE = frozenset({"prose"})  # prompts whose answer does not copy the context; the rest are the copy prompts
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 CHAINED_N_MAX = (4, 8)
 EDGESPEC_COLUMNS = ("plain", "draftless", "model", "hybrid")
@@ -210,4 +211,60 @@ def markdown(cells: list[dict]) -> str:
             f"| {ratio(c['draftless'], ngram)} | {ratio(c['draftless'], c['plain'])} "
             f"| {ratio(c['hybrid'], c['model'])} | {ratio(c['hybrid'], chained)} |"
         )
+    return "\n".join(rows) + "\n"
+
+
+# The targets this section is read against (issue 10's bars): a ratio of two columns, over the
+# copy prompts (the median of the per-prompt ratios) or on prose, and the least it should be at
+# each temperature. A column name ending in "*" is the best of the columns it starts (llama.cpp's
+# n-gram types, its chained types).
+TARGETS: tuple[tuple[str, str, str, bool, dict[float, float]], ...] = (
+    ("draftless / llama.cpp plain", "draftless", "llama_plain", False, {0.0: 1.8}),
+    ("draftless / llama.cpp's best n-gram type", "draftless", "llama_ngram*", False, {0.0: 1.3}),
+    ("hybrid / model-only", "hybrid", "model", False, {0.0: 1.5, 0.8: 1.1}),
+    ("hybrid / llama.cpp's best chained type", "hybrid", "llama_chained*", False, {0.0: 1.4, 0.8: 1.6}),
+    ("draftless / edgespec plain, prose", "draftless", "plain", True, {0.0: 0.97, 0.8: 0.97}),
+    ("hybrid / model-only, prose", "hybrid", "model", True, {0.0: 0.97, 0.8: 0.97}),
+)
+
+
+def _column(cell: dict, name: str) -> float | None:
+    value = _best(cell, name[:-1]) if name.endswith("*") else cell.get(name)
+    return value or None
+
+
+def target_ratios(cells: list[dict]) -> list[dict]:
+    """Each target at each temperature the cells ran: the ratio (the median over the copy
+    prompts' cells, or prose's), the least it should be (None: no target at that
+    temperature), whether it is met (None: a column was not run, e.g. llama.cpp's with
+    --no-native)."""
+    out = []
+    for label, top, bottom, prose, least in TARGETS:
+        for temp in sorted({c["temperature"] for c in cells}):
+            ratios = []
+            for c in cells:
+                if c["temperature"] == temp and (c["prompt"] in PROSE) == prose:
+                    a, b = _column(c, top), _column(c, bottom)
+                    ratios.append(a / b if a and b else None)
+            if not ratios:
+                continue
+            value = None if None in ratios else statistics.median(ratios)
+            bar = least.get(temp)
+            met = None if value is None or bar is None else value >= bar
+            out.append(
+                {"target": label, "temperature": temp, "prose": prose, "cells": len(ratios)}
+                | {"ratio": value, "least": bar, "met": met}
+            )
+    return out
+
+
+def targets_markdown(cells: list[dict]) -> str:
+    """The table of `target_ratios`: what each mode gained, against what it should."""
+    rows = ["| ratio | T | prompts | measured | target | met |", "|---|---|---|---|---|---|"]
+    for t in target_ratios(cells):
+        prompts = "prose" if t["prose"] else f"median of {t['cells']} copy prompts"
+        measured = f"{t['ratio']:.2f}x" if t["ratio"] is not None else "n/a"
+        least = f">= {t['least']:.2f}x" if t["least"] is not None else "-"
+        met = "-" if t["met"] is None else "yes" if t["met"] else "no"
+        rows.append(f"| {t['target']} | {t['temperature']} | {prompts} | {measured} | {least} | {met} |")
     return "\n".join(rows) + "\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .copying import markdown as copying_markdown
-from .copying import ratio, speed
+from .copying import ratio, speed, targets_markdown
 
 
 def _fixed(cell: dict) -> dict[int, float]:
@@ -232,6 +232,7 @@ def write_reports(result: dict, out: Path) -> None:
     parts = [markdown(result)] if result.get("cells") else []
     if result.get("lookup"):
         parts.append("## Prompt lookup (tokens/s, median)\n\n" + copying_markdown(result["lookup"]))
+        parts.append("### The lookup section against its targets\n\n" + targets_markdown(result["lookup"]))
     (out / "bench.md").write_text("\n".join(parts))
     if result.get("cells"):
         chart(result, out / "bench.png")
