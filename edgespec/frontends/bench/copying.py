@@ -241,18 +241,19 @@ def target_ratios(cells: list[dict]) -> list[dict]:
     out = []
     for label, top, bottom, prose, least in TARGETS:
         for temp in sorted({c["temperature"] for c in cells}):
-            ratios = []
-            for c in cells:
-                if c["temperature"] == temp and (c["prompt"] in PROSE) == prose:
-                    a, b = _column(c, top), _column(c, bottom)
-                    ratios.append(a / b if a and b else None)
-            if not ratios:
+            pairs = [
+                (_column(c, top), _column(c, bottom))
+                for c in cells
+                if c["temperature"] == temp and (c["prompt"] in PROSE) == prose
+            ]
+            if not pairs:
                 continue
-            value = None if None in ratios else statistics.median(ratios)
+            ratios = [a / b for a, b in pairs if a and b]
+            value = statistics.median(ratios) if len(ratios) == len(pairs) else None
             bar = least.get(temp)
             met = None if value is None or bar is None else value >= bar
             out.append(
-                {"target": label, "temperature": temp, "prose": prose, "cells": len(ratios)}
+                {"target": label, "temperature": temp, "prose": prose, "cells": len(pairs)}
                 | {"ratio": value, "least": bar, "met": met}
             )
     return out
