@@ -214,7 +214,7 @@ def markdown(cells: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-# The targets this section is read against (issue 10's bars): a ratio of two columns, over the
+# The targets this section is read against (README, "Prompt lookup"): a ratio of two columns, over the
 # copy prompts (the median of the per-prompt ratios) or on prose, and the least it should be at
 # each temperature. A column name ending in "*" is the best of the columns it starts (llama.cpp's
 # n-gram types, its chained types).
