@@ -12,12 +12,18 @@ by d and the target's per-token slope by s (other machines).
 
 Arguments: columns (plain, draftless, model, hybrid, or kN: the model draft at a fixed K = N),
 prompts (the copy prompts, or make bench's code, story, explanation), temperatures, repeats;
-TOKENS=n the answer's length (256); FRESH=1 new engines for each prompt (by default the
-prompts run in order on one engine per column, whose controller carries its state from one
-prompt to the next, as a server's does). make bench's adaptive cells, noise-free:
+TOKENS=n the answer's length (256); SEED0=n the first repeat's seed (1234, then one up per
+repeat); FRESH=1 new engines for each prompt (by default the prompts run in order on one
+engine per column, whose controller carries its state from one prompt to the next, as a
+server's does). make bench's adaptive cells, noise-free:
 
     TOKENS=128 COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py \
         k0,k1,k2,k3,k4,k5,k6,k7,k8,model code,story,explanation 0 2
+
+Each column prints the median of its repeats' tokens/s and, after "pooled", their tokens over
+their seconds. Above T = 0 each column samples its own texts, so judge a change there on the
+pooled figure over several seed sets: on code at T = 0.8 a median of 12 seeds moved 5% from
+one set to the next (docs/bench-history.md, stop 33).
 
 A scratch tool: it reaches into the engine (its decoder's models and clock) as tests do.
 """
@@ -41,6 +47,7 @@ from edgespec.llama.models import prepare_pair
 FEED = ([1, 8, 16, 32, 128, 2048], [17.1, 59, 114, 217, 415, 415 * 16])
 DRAFT, SLOPE = (float(x) for x in os.environ.get("COSTS", "1,1").split(","))
 TOKENS = int(os.environ.get("TOKENS", "256"))
+SEED0 = int(os.environ.get("SEED0", "1234"))
 FRESH = os.environ.get("FRESH") == "1"
 
 
@@ -82,6 +89,7 @@ def main() -> None:
             engines = load()  # no controller state carried over from the prompts before
         for temp in temps:
             runs: dict[str, list[float]] = {col: [] for col in cols}
+            pooled: dict[str, list[float]] = {col: [0.0, 0.0] for col in cols}  # tokens, seconds
             for r in range(reps):
                 for col, engine in engines.items():
                     engine.reset()
@@ -92,12 +100,22 @@ def main() -> None:
                         max_tokens=TOKENS,
                         speculative=col != "plain" and fixed != 0,
                         k=fixed,
-                        seed=1234 + r,
+                        seed=SEED0 + r,
                     )
                     runs[col].append(res.stats.tokens_per_s)
+                    pooled[col][0] += res.stats.n_generated
+                    pooled[col][1] += res.stats.decode_s
             med = {col: statistics.median(v) for col, v in runs.items()}
             ref = med.get("model", med[cols[0]])
-            print(f"{name} T={temp}: " + ", ".join(f"{c}={med[c]:.1f} ({med[c] / ref:.2f})" for c in cols), flush=True)
+            pool = {col: n / t if t > 0 else 0.0 for col, (n, t) in pooled.items()}
+            ref_pool = pool.get("model", pool[cols[0]])
+            print(
+                f"{name} T={temp}: "
+                + ", ".join(f"{c}={med[c]:.1f} ({med[c] / ref:.2f})" for c in cols)
+                + "; pooled "
+                + ", ".join(f"{c}={pool[c]:.1f} ({pool[c] / ref_pool:.2f})" for c in cols),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
