@@ -253,8 +253,15 @@ def target_ratios(cells: list[dict]) -> list[dict]:
             bar = least.get(temp)
             met = None if value is None or bar is None else value >= bar
             out.append(
-                {"target": label, "temperature": temp, "prose": prose, "cells": len(pairs)}
-                | {"ratio": value, "least": bar, "met": met}
+                {
+                    "target": label,
+                    "temperature": temp,
+                    "prose": prose,
+                    "cells": len(pairs),
+                    "ratio": value,
+                    "least": bar,
+                    "met": met,
+                }
             )
     return out
 
