@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edgespec.core.acceptance import Acceptance
-from edgespec.core.controller import LOOKUP, PROBE_BUDGET, AdaptiveK, Plan, StepOutcome
-from edgespec.core.decoder import SCORED_MAX, Decoder
+from edgespec.core.controller import LOOKUP, PROBE_BUDGET, AdaptiveK, FixedK, Plan, StepOutcome
+from edgespec.core.decoder import CONTEXT, WINDOW, Decoder
 from edgespec.core.lookup import Proposal
 from edgespec.core.penalties import Penalties
 from edgespec.core.sampling import SamplingParams, prob_of, to_dist
@@ -230,20 +230,59 @@ def test_without_scores_it_probes_instead() -> None:
     assert any(p.k > 0 for p in late)
 
 
-def test_a_long_plain_stretch_scores_its_last_rows_only() -> None:
-    # the catch-up asks for at most SCORED_MAX rows (and no more than the model's batch)
+class ChecksAt(Scripted):
+    """Plain steps, with a scored catch-up planned at the given steps."""
+
+    def __init__(self, *at: int) -> None:
+        super().__init__(every=1)
+        self.at = at
+
+    def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+        self.n += 1
+        return Plan(0, score=self.n in self.at)
+
+
+def test_a_check_of_a_long_lag_reads_a_window_scores_it_and_takes_it_back() -> None:
+    # a lag of 69: the draft reads only the last WINDOW tokens, after the prompt it holds
     target, draft = FakeModel(64), FakeModel(64, noise=0.8)
     dec = Decoder(target, draft)  # type: ignore[arg-type]
     params = SamplingParams(0.8)
-    ctrl = Scripted(every=70)
+    ctrl = ChecksAt(70)
     list(decode(dec, PROMPT, params, ctrl, max_tokens=72, rng=np.random.default_rng(5)))  # type: ignore[arg-type]
     (o,) = [o for o in ctrl.outcomes if o.catch_up_n]
-    assert o.catch_up_n == 69 and len(o.scores) == SCORED_MAX == 64
-    c = dec.committed
-    first = len(PROMPT) + 69 - 64  # the last 64 tokens before the one being decoded
-    want = [expected_score(target, draft, c[:t], c[t], params) for t in range(first, first + 64)]
-    assert list(o.scores) == pytest.approx(want, rel=1e-5)
-    assert len(draft.kv) == len(PROMPT) + 68  # caught up all the same (all but the newest token)
+    assert o.catch_up_n == WINDOW == 24
+    c, n = dec.committed, len(PROMPT) + 69  # committed tokens when the check came
+    # row j predicts c[n - WINDOW + j]; the rows after CONTEXT tokens of the window are scored (the
+    # fake's rows depend on the last two tokens, so their scores are those of a caught-up draft)
+    want = [expected_score(target, draft, c[:t], c[t], params) for t in range(n - 1 - WINDOW + CONTEXT, n)]
+    assert len(want) == WINDOW - CONTEXT + 1 and list(o.scores) == pytest.approx(want, rel=1e-5)
+    assert (len(PROMPT) - 1, WINDOW) in draft.evals  # read right after what it held...
+    assert len(draft.kv) == len(PROMPT) - 1  # ...and taken back: it still holds a prefix of committed
+    assert o.catch_up_s > 0
+
+
+def test_a_window_scores_only_what_no_check_scored_before() -> None:
+    # checks 10 steps apart on a lag past WINDOW: the second scores the 10 tokens since the first
+    target, draft = FakeModel(64), FakeModel(64, noise=0.8)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    params = SamplingParams(0.8)
+    ctrl = ChecksAt(40, 50)
+    list(decode(dec, PROMPT, params, ctrl, max_tokens=52, rng=np.random.default_rng(6)))  # type: ignore[arg-type]
+    first, second = [o for o in ctrl.outcomes if o.catch_up_n]
+    assert len(first.scores) == WINDOW - CONTEXT + 1 and len(second.scores) == 10
+    c, n = dec.committed, len(PROMPT) + 49
+    want = [expected_score(target, draft, c[:t], c[t], params) for t in range(n - 10, n)]
+    assert list(second.scores) == pytest.approx(want, rel=1e-5)
+
+
+def test_a_lag_up_to_the_window_is_caught_up_and_each_token_scored() -> None:
+    target, draft = FakeModel(64), FakeModel(64, noise=0.8)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    ctrl = ChecksAt(WINDOW + 1)
+    list(decode(dec, PROMPT, SamplingParams(0.8), ctrl, max_tokens=WINDOW + 2, rng=np.random.default_rng(7)))  # type: ignore[arg-type]
+    (o,) = [o for o in ctrl.outcomes if o.catch_up_n]
+    assert o.catch_up_n == len(o.scores) == WINDOW
+    assert len(draft.kv) == len(PROMPT) - 1 + WINDOW  # caught up: all but the newest committed token then
 
 
 def test_the_last_token_of_a_model_step_is_scored_too() -> None:
@@ -361,8 +400,6 @@ def test_a_recovery_probe_a_lookup_step_took_the_place_of_comes_at_the_next_step
 
 def test_only_tokens_the_draft_has_not_seen_keep_their_p() -> None:
     # a model-only run keeps no p(x) beyond the draft's last gap (bounded memory)
-    from edgespec.core.controller import FixedK
-
     dec = Decoder(FakeModel(64), FakeModel(64, noise=0.3))  # type: ignore[arg-type]
     list(decode(dec, PROMPT, SamplingParams(0.8), FixedK(3), max_tokens=120, rng=np.random.default_rng(1)))
     assert 1 <= len(dec._px) <= 2

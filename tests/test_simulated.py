@@ -60,6 +60,23 @@ def test_the_draft_agrees_as_the_profile_says_and_its_confidence_hints_at_it() -
     assert np.mean(sure_when[True]) > np.mean(sure_when[False]) + 0.3
 
 
+def test_a_draft_reading_a_window_past_a_skipped_stretch_predicts_it_as_in_place() -> None:
+    # a check of a long lag (Decoder._window) puts later text right after what the draft holds:
+    # the fake predicts from the text it read, as a real model does, not from the cache index
+    clock = VirtualClock()
+    target, draft = pair(MACHINES[0], PROFILES["switch-96"], clock=clock)
+    text = [1, *(target.world.target_token(i, 0) for i in range(1, 200))]
+    target.eval(text, 0)
+    in_place = draft.eval(text, 0, logits_from=150).copy()
+    draft.trim(10)
+    window = draft.eval(text[150:], 10, logits_from=0)
+    assert np.array_equal(window, in_place)
+    draft.trim(10)
+    assert draft.at == list(range(10))
+    skipped = draft.eval([5, 6, 7], 10, logits_from=0)  # text the target never read: at the cache index
+    assert draft.at[-3:] == [10, 11, 12] and skipped.shape == (3, draft.n_vocab)
+
+
 @pytest.mark.parametrize("k", [1, 4, 12])
 def test_greedy_speculation_on_a_simulated_machine_is_plain_decoding(k: int) -> None:
     greedy = SamplingParams(0.0)

@@ -135,6 +135,7 @@ class World:
         self.machine, self.profile, self.seed, self.clock = machine, profile, seed, clock
         self.vocab = vocab
         self.last: str | None = None
+        self.text: list[int] = []  # the target's cache: the text so far (where a draft's window sits)
 
     def target_token(self, pos: int, prev: int) -> int:
         return 3 + int(_unit(self.seed, pos, prev, 1) * (self.vocab - 3))
@@ -170,7 +171,12 @@ class SimModel:
     At the default vocabulary every other logit is 0; past it (a large-vocabulary machine,
     for what the sampling transform costs) they are fixed normal noise, so a row has a long
     tail of small weights as real rows do. `busy_s` counts the seconds spent in `eval`
-    (the machine's cost included): the rest of a generation's time is the runtime's own."""
+    (the machine's cost included): the rest of a generation's time is the runtime's own.
+
+    A row depends on the text position of the token it follows, not on where that token
+    sits in the cache: a draft that reads a window of text after a stretch it skipped (a
+    check of a long lag, Decoder._window) predicts that text as it would in place, as a
+    real model predicts from the tokens it read (`_at`)."""
 
     add_bos, bos_id, eos_id = True, 1, 2
 
@@ -178,6 +184,9 @@ class SimModel:
         self.world, self.who = world, who
         self.n_vocab, self.n_ctx = world.vocab, n_ctx
         self.kv: list[int] = []
+        self.at: list[int] = []  # the text position of each token in the cache
+        if who == "target":
+            world.text = self.kv
         self.busy_s = 0.0
         self._out = np.zeros((64, self.n_vocab), dtype=np.float32)
         self._base = np.zeros(self.n_vocab, dtype=np.float32)
@@ -188,7 +197,7 @@ class SimModel:
         self._base_total = float(self._weight.sum())
 
     def _row(self, out: np.ndarray) -> None:
-        pos, prev = len(self.kv), self.kv[-1]
+        pos, prev = self.at[-1] + 1, self.kv[-1]
         out[:] = self._base
         if self.who == "target":
             out[self.world.target_token(pos, prev)] = 30.0  # the target is sure: p is one-hot-like
@@ -203,8 +212,10 @@ class SimModel:
             raise RuntimeError(f"eval at {pos} but the cache holds {len(self.kv)}")
         n_rows = 0 if logits_from is None else len(tokens) - logits_from
         out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, self.n_vocab), dtype=np.float32)
+        at = self._at(tokens, pos)
         for i, t in enumerate(tokens):
             self.kv.append(int(t))
+            self.at.append(at + i)
             if logits_from is not None and i >= logits_from:
                 self._row(out[i - logits_from])
         self.world.wait(self.who, len(tokens), t0)
@@ -213,6 +224,20 @@ class SimModel:
 
     def trim(self, n_keep: int) -> None:
         del self.kv[n_keep:]
+        del self.at[n_keep:]
+
+    def _at(self, tokens: Sequence[int], pos: int) -> int:
+        """The text position of `tokens` evaluated at cache position `pos`: `pos`, unless a draft
+        reads text that is not there in the target's cache (a window past a skipped stretch):
+        then the latest place the target's cache holds them."""
+        text, n = self.world.text, len(tokens)
+        if self.who == "target" or pos + n > len(text) or text[pos : pos + n] == list(tokens):
+            return pos
+        want = list(tokens)
+        for start in range(len(text) - n, pos, -1):
+            if text[start : start + n] == want:
+                return start
+        return pos
 
     def is_eog(self, token: int) -> bool:
         return token == self.eos_id
