@@ -34,6 +34,9 @@ class Scripted:
     def observe(self, o: StepOutcome) -> None:
         self.outcomes.append(o)
 
+    def drafting(self) -> bool:
+        return True  # the draft reads each prompt at the start
+
 
 def expected_score(target: FakeModel, draft: FakeModel, ctx: list[int], x: int, params: SamplingParams) -> float:
     p = to_dist(target._row(ctx), params).prob(x)
@@ -542,3 +545,51 @@ def test_no_check_is_made_that_drafts_all_accepted_until_max_tokens_would_not_re
         made += o.n_accepted + 1
     assert ctrl.best_k() == 0 and ctrl.times.best_saving() > 0.0  # plain wins, a return could pay in a long answer
     assert any(p.score for p in plans) == checks
+
+
+def test_the_draft_is_wanted_at_a_request_start_unless_plain_decoding_won_and_no_check_is_due() -> None:
+    ctrl = AdaptiveK()
+    assert ctrl.drafting()  # nothing measured yet: the warm-up drafts
+    drive(ctrl, Answering(0.15), 400)
+    assert ctrl.best_k() == 0
+    wanted = []
+    for _ in range(60):  # plain steps between checks: the draft is wanted only where one is due
+        wanted.append(ctrl.drafting())
+        plan = ctrl.plan(5)
+        assert not (plan.score or plan.k) or wanted[-1]
+        ctrl.observe(StepOutcome(k=0, n_accepted=0, draft_s=0.0, verify_s=0.02, step_s=0.02))
+    assert not all(wanted)
+    assert not AdaptiveK(model=False).drafting()
+
+
+class Sitting(Scripted):
+    """Plain steps, then K = 3 model drafts from step `until` on; the draft is not wanted at the start."""
+
+    def __init__(self, until: int) -> None:
+        super().__init__(every=1)
+        self.until = until
+
+    def plan(self, lag: int = 0, proposal: object = None) -> Plan:
+        self.n += 1
+        return Plan(3 if self.n >= self.until else 0)
+
+    def drafting(self) -> bool:
+        return False
+
+
+def test_a_draft_not_wanted_at_the_start_reads_the_prompt_with_its_first_draft() -> None:
+    greedy = SamplingParams(0.0)
+    target, draft = FakeModel(64), FakeModel(64, noise=0.3)
+    dec = Decoder(target, draft)  # type: ignore[arg-type]
+    list(decode(dec, [1, 7, 8, 9], greedy, Always(2), max_tokens=6, rng=np.random.default_rng(0)))  # type: ignore[arg-type]
+    draft.evals.clear()
+    prompt = [1, 7, 30, 31, 32]  # shares [1, 7] with what the draft holds from the last request
+    out = [t for s in decode(dec, prompt, greedy, Sitting(4), max_tokens=20, rng=np.random.default_rng(0))
+           for t in s.tokens]  # fmt: skip
+    # nothing read at the start; the first model step feeds the rest of the prompt and the three
+    # plain steps' tokens after the two it still held, in its first call
+    assert draft.evals[0] == (2, len(prompt) - 2 + 3)
+    plain = Decoder(FakeModel(64))  # type: ignore[arg-type]
+    want = [t for s in decode(plain, prompt, greedy, FixedK(0), max_tokens=20, rng=np.random.default_rng(0))
+            for t in s.tokens]  # fmt: skip
+    assert out == want

@@ -109,8 +109,10 @@ class Decoder:
         t0 = time.perf_counter()
         try:
             stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
-            if draft is not None:
+            if draft is not None and req.controller.drafting():
                 draft.sync(self.committed[:-1], req.cancel)
+            elif draft is not None:  # not needed yet: it reads the rest when it is (a lag)
+                draft.cut(common_prefix(draft.tokens, self.committed[:-1]))
             if index is not None:
                 index.sync(self.committed, known_prefix=0)
             stats.prefill_s = time.perf_counter() - t0

@@ -68,6 +68,11 @@ class Controller(Protocol):
         """For plans with `extend`: lookup tokens to end a draft of `drafted` model tokens with."""
         ...
 
+    def drafting(self) -> bool:
+        """Whether the request's first steps may draft from the model: if not, the draft model
+        need not read the prompt at the start (it reads it when it is next needed)."""
+        ...
+
 
 class FixedK:
     """Always K draft tokens: from the draft model when there is one (a fixed `p_min` may
@@ -95,3 +100,6 @@ class FixedK:
 
     def extension(self, proposal: Proposal, drafted: int) -> int:
         return 0  # never asked: a fixed K's plans do not extend
+
+    def drafting(self) -> bool:
+        return self.model and self.k > 0
