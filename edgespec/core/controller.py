@@ -25,21 +25,16 @@ text, and a change test that jumps to a turned text within a few steps.
 
 Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
 fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
-When K = 0 wins it decodes plainly and, to notice when the text turns, now and then
-plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it missed
+When K = 0 wins it decodes plainly and now and then plans a scored catch-up (`Plan.score`):
+the decoder feeds the draft the tokens it missed (of a long lag, a window: Decoder._window)
 and scores each with the chance a draft of it would have been accepted
-(Acceptance.observe_scores): every token of the plain stretch is evidence, for the price
-of the catch-up (of a long lag, only its last tokens are read and scored: Decoder._window).
-The next comes after enough plain steps that the last check's cost
-would be PROBE_BUDGET of their time (while a return has paid, `_paid`, its fixed part
-alone: README, "The K controller"), and none where even drafts all accepted until
-max_tokens would not repay it (`begin`). Without scores (penalties or a grammar) it probes
-K = 1 or 2 instead, spaced so that a probe's loss (its step beyond the plain steps worth
-its expected tokens, plus the catch-up) aims at the same share, and again at once after a
-probe whose drafts were all accepted. A check a lookup step took the place of comes at the
-next step, and a new request (the draft has just read its prompt) checks at its first
-where a return has paid; otherwise the draft does not read the prompt (`drafting`).
-Leaving plain needs a predicted gain of LEAVE_PLAIN.
+(Acceptance.observe_scores). The next comes after enough plain steps that the last check's
+cost would be PROBE_BUDGET of their time (while a return has paid, `_paid`, its fixed part
+alone: README, "The K controller"), none where even drafts all accepted until max_tokens
+would not repay it (`begin`). Without scores (penalties or a grammar) it probes K = 1 or 2,
+spaced alike, and at once after a probe whose drafts were all accepted. A check a lookup step
+took the place of comes next; a new request checks at its first where a return has paid, else
+the draft does not read its prompt (`drafting`). Leaving plain needs a gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that
 pays: acceptance is also kept per bucket of the draft's confidence in its token
@@ -247,10 +242,7 @@ class AdaptiveK:
         self._left, self._recover_at = max_tokens, self.steps + 1 if self._plain and self._paid else self._recover_at
 
     def drafting(self) -> bool:
-        """False while plain decoding won and its next check or probe is more than a step away:
-        the draft then reads a new request's prompt only when it is next needed (with the
-        Q2_K draft of the demo target at T = 1.0, reading each prompt cost 2% of a 256-token
-        answer the draft took no part in)."""
+        """False while plain decoding wins and nothing is due next: the draft reads a prompt later."""
         return self.model and (not self._plain or self._recover_at <= self.steps + 1)
 
     def extension(self, proposal: Proposal, drafted: int) -> int:

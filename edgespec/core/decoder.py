@@ -48,9 +48,7 @@ from .step_stats import account, snapshot
 from .target_rows import TargetRows
 from .verify import verify
 
-# a check of a lag longer than WINDOW reads only its last WINDOW tokens after what the draft holds,
-# scores them but the first CONTEXT, and takes them back: a check costs a window however long the lag
-WINDOW = 24
+WINDOW = 24  # a check of a longer lag reads only its last WINDOW tokens, then takes them back
 CONTEXT = 8  # the window's first tokens, read as context only (a row with little context scores low)
 
 
@@ -245,15 +243,9 @@ class Decoder:
         decoding is lossless), so min(1, q(x) / p(x)) scores it without bias at any
         temperature (at T = 0: whether the draft's argmax is x). The evidence a plain stretch
         gives the controller, at the price of the catch-up alone. Also returns the seconds the
-        catch-up took, scoring included, and the tokens the draft read.
-
-        A lag longer than WINDOW is not caught up: the draft reads its last WINDOW tokens right
-        after what it holds (a context with the rest left out), they are scored, and the cache
-        is cut back (`_window`). Feeding every missed token made each check cost about what
-        the plain steps since the last one had fed (on the demo target with a Q2_K draft at
-        T = 1.0, a 196-token check took 734 ms, an eighth of a plain step per token, however
-        seldom checks came); a window's cost is fixed, and only a return to drafting pays
-        the whole lag."""
+        catch-up took, scoring included, and the tokens the draft read. A lag past WINDOW is
+        only sampled (`_window`): fed whole, a check cost what the plain steps since the last
+        had fed (Q2_K draft, T = 1.0: 196 tokens, 734 ms); only a return pays the whole lag."""
         committed = self.committed
         n = len(committed)
         lag = n - 1 - len(draft.tokens)
@@ -277,11 +269,9 @@ class Decoder:
         return tuple(scores), time.perf_counter() - t0, lag
 
     def _window(self, draft: Cache, params: SamplingParams, window: int) -> tuple[float, ...]:
-        """Scores of a check that reads only the last `window` missed tokens (see `_catch_up`):
-        the draft reads them after what it holds, scores the tokens each row predicts once it
-        has read CONTEXT of them (those no check scored before), and is cut back, so it still
-        holds a prefix of committed. A score is then the acceptance of a draft whose context
-        lacks the stretch before the window, a little below a caught-up draft's."""
+        """The draft reads the last `window` missed tokens after what it holds, scores what each
+        row predicts once CONTEXT were read (if no check scored it before), and is cut back to
+        a prefix of committed. Its context lacks the stretch before: scores run a little low."""
         committed, held = self.committed, len(draft.tokens)
         start = len(committed) - 1 - window
         rows = draft.extend(committed[start:-1], logits_from=0)  # row j predicts committed[start + 1 + j]
