@@ -26,7 +26,7 @@ text, and a change test that jumps to a turned text within a few steps.
 Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
 fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
 When K = 0 wins it decodes plainly and now and then plans a scored catch-up (`Plan.score`):
-the decoder feeds the draft the tokens it missed (of a long lag, a window: Decoder._window)
+the decoder feeds the draft the tokens it missed (of a long lag, a window: Decoder._catch_up)
 and scores each with the chance a draft of it would have been accepted
 (Acceptance.observe_scores). The next comes after enough plain steps that the last check's
 cost would be PROBE_BUDGET of their time (while a return has paid, `_paid`, its fixed part

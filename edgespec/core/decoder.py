@@ -243,46 +243,34 @@ class Decoder:
         decoding is lossless), so min(1, q(x) / p(x)) scores it without bias at any
         temperature (at T = 0: whether the draft's argmax is x). The evidence a plain stretch
         gives the controller, at the price of the catch-up alone. Also returns the seconds the
-        catch-up took, scoring included, and the tokens the draft read. A lag past WINDOW is
-        only sampled (`_window`): fed whole, a check cost what the plain steps since the last
-        had fed (Q2_K draft, T = 1.0: 196 tokens, 734 ms); only a return pays the whole lag."""
+        catch-up took, scoring included, and the tokens the draft read.
+
+        A lag past WINDOW is only sampled: the draft reads its last WINDOW tokens after what it
+        holds, scores what each row predicts once CONTEXT were read (if no check scored it
+        before; its context lacks the stretch before, so scores run a little low), and is cut
+        back to a prefix of committed. Fed whole, a check cost what the plain steps since the
+        last had fed (Q2_K draft, T = 1.0: 196 tokens, 734 ms); only a return pays the lag."""
         committed = self.committed
         n = len(committed)
-        lag = n - 1 - len(draft.tokens)
+        held = len(draft.tokens)
         t0 = time.perf_counter()
         if not score:
             draft.sync(committed[:-1])
             self._px.clear()
-            return (), time.perf_counter() - t0, lag
+            return (), time.perf_counter() - t0, n - 1 - held
         # one batch with a row per token: no more rows than the model evaluates in one batch
         window = min(WINDOW, getattr(draft.model, "n_batch", WINDOW))
-        if lag > window:
-            return self._window(draft, params, window), time.perf_counter() - t0, window
-        start = len(draft.tokens)
+        start, first = (n - 1 - window, min(CONTEXT, window) - 1) if n - 1 - held > window else (held, 0)
         rows = draft.extend(committed[start : n - 1], logits_from=0)  # row j predicts committed[start + 1 + j]
         scores = []
-        for j, x in enumerate(committed[start + 1 : n]):
-            px = self._px.get(start + 1 + j, 0.0)
-            if px > 0.0:
-                scores.append(self._score(rows[j], x, px, params))
-        self._px.clear()
-        return tuple(scores), time.perf_counter() - t0, lag
-
-    def _window(self, draft: Cache, params: SamplingParams, window: int) -> tuple[float, ...]:
-        """The draft reads the last `window` missed tokens after what it holds, scores what each
-        row predicts once CONTEXT were read (if no check scored it before), and is cut back to
-        a prefix of committed. Its context lacks the stretch before: scores run a little low."""
-        committed, held = self.committed, len(draft.tokens)
-        start = len(committed) - 1 - window
-        rows = draft.extend(committed[start:-1], logits_from=0)  # row j predicts committed[start + 1 + j]
-        scores = []
-        for j in range(min(CONTEXT, window) - 1, window):
+        for j in range(first, n - 1 - start):
             px = self._px.get(start + 1 + j, 0.0)
             if px > 0.0:
                 scores.append(self._score(rows[j], committed[start + 1 + j], px, params))
-        draft.cut(held)
+        if start > held:
+            draft.cut(held)  # a window is taken back
         self._px.clear()  # every token so far was scored or is past scoring: the next check scores newer ones
-        return tuple(scores)
+        return tuple(scores), time.perf_counter() - t0, n - 1 - start
 
     def _score(self, row: np.ndarray, x: int, px: float, params: SamplingParams) -> float:
         """min(1, q(x) / p(x)): the chance a draft of the committed x would have been accepted."""

@@ -175,7 +175,7 @@ class SimModel:
 
     A row depends on the text position of the token it follows, not on where that token
     sits in the cache: a draft that reads a window of text after a stretch it skipped (a
-    check of a long lag, Decoder._window) predicts that text as it would in place, as a
+    check of a long lag, Decoder._catch_up) predicts that text as it would in place, as a
     real model predicts from the tokens it read (`_at`)."""
 
     add_bos, bos_id, eos_id = True, 1, 2
@@ -230,10 +230,9 @@ class SimModel:
         """The text position of `tokens` evaluated at cache position `pos`: `pos`, unless a draft
         reads text that is not there in the target's cache (a window past a skipped stretch):
         then the latest place the target's cache holds them."""
-        text, n = self.world.text, len(tokens)
-        if self.who == "target" or pos + n > len(text) or text[pos : pos + n] == list(tokens):
+        text, n, want = self.world.text, len(tokens), list(tokens)
+        if self.who == "target" or pos + n > len(text) or text[pos : pos + n] == want:
             return pos
-        want = list(tokens)
         for start in range(len(text) - n, pos, -1):
             if text[start : start + n] == want:
                 return start
