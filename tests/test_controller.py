@@ -432,6 +432,27 @@ def test_smoothing_keeps_a_knee_and_a_stale_median_does_not_bend_its_neighbours(
     assert all(curve[k] <= 1.05 * knee(k) for k in (1, 2, 3))
 
 
+def test_the_smoother_solves_its_normal_equations_exactly() -> None:
+    """The banded solve against a dense one: (diag(w) + BEND D'D) f = w t, each K's
+    fit then clipped to NUDGE of its median; irregular K, weights from ancient to fresh."""
+    from edgespec.core.step_times import BEND, NUDGE, _smooth
+
+    rng = np.random.default_rng(11)
+    for n in (3, 4, 7, 16, 33):
+        ks = np.sort(rng.choice(np.arange(1, 48), n, replace=False)).astype(float)
+        ts = 0.02 + 0.003 * ks + rng.normal(0, 0.004, n)
+        w = rng.choice([1e-3, 0.3, 1.0, 5.0], n)
+        inv = 1.0 / np.diff(ks)
+        d = np.zeros((n - 2, n))
+        for i in range(n - 2):
+            d[i, i : i + 3] = inv[i], -inv[i] - inv[i + 1], inv[i + 1]
+        want = np.clip(np.linalg.solve(np.diag(w) + BEND * d.T @ d, w * ts), (1 - NUDGE) * ts, (1 + NUDGE) * ts)
+        got = _smooth([(0, 0.02, 5.0), *((int(k), float(t), float(x)) for k, t, x in zip(ks, ts, w))])
+        assert got[0] == (0, 0.02, 5.0)  # the plain step is kept as measured
+        assert [p[0] for p in got[1:]] == list(ks.astype(int))
+        assert np.allclose([p[1] for p in got[1:]], want, rtol=1e-10, atol=0)
+
+
 def test_ancient_medians_still_make_a_curve() -> None:
     times = StepTimes()
     for k in (1, 2, 3, 4):

@@ -33,9 +33,8 @@ verified batch size), which prompt lookup's cost model reads.
 
 from __future__ import annotations
 
+import math
 import statistics
-
-import numpy as np
 
 from . import defaults
 from .lookup_policy import VerifyTimes
@@ -63,6 +62,7 @@ class StepTimes:
         self.clock = 0
         self._at = [0] * (k_max + 1)  # the clock when each K was last timed
         self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
+        self._slope: tuple[int, float] = (-1, 0.0)  # (clock, draft_slope())
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
@@ -116,12 +116,16 @@ class StepTimes:
     def draft_slope(self) -> float:
         """Seconds per extra draft token: the median of the slopes between every two measured
         K of the draft part (Theil-Sen: one K caught in a slow moment does not tilt it; with
-        one K measured, its draft time per token, an upper bound)."""
-        pts = [(k, r.value) for k, r in enumerate(self.draft_by_k) if k and r.n]
-        if len(pts) < 2:
-            return pts[0][1] / pts[0][0] if pts else 0.0
-        slopes = [(tb - ta) / (kb - ka) for i, (ka, ta) in enumerate(pts) for kb, tb in pts[i + 1 :]]
-        return max(0.0, statistics.median(slopes))
+        one K measured, its draft time per token, an upper bound). Computed once per step added."""
+        if self._slope[0] != self.clock:
+            pts = [(k, r.value) for k, r in enumerate(self.draft_by_k) if k and r.n]
+            if len(pts) < 2:
+                slope = pts[0][1] / pts[0][0] if pts else 0.0
+            else:
+                slopes = [(tb - ta) / (kb - ka) for i, (ka, ta) in enumerate(pts) for kb, tb in pts[i + 1 :]]
+                slope = max(0.0, statistics.median(slopes))
+            self._slope = (self.clock, slope)
+        return self._slope[1]
 
     def frontier(self) -> int:
         """The largest K measured."""
@@ -204,16 +208,43 @@ def _smooth(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, float
     n = len(body)
     if n < 3:
         return pts
-    ks = np.array([p[0] for p in body], dtype=float)
-    ts = np.array([p[1] for p in body])
-    w = np.array([p[2] for p in body])
-    inv, rows = 1.0 / np.diff(ks), np.arange(n - 2)
-    d = np.zeros((n - 2, n))  # row i: the slope after point i + 1 minus the slope before it
-    d[rows, rows], d[rows, rows + 2] = inv[:-1], inv[1:]
-    d[rows, rows + 1] = -inv[:-1] - inv[1:]
-    f = np.linalg.solve(np.diag(w) + BEND * d.T @ d, w * ts)
-    f = np.clip(f, (1 - NUDGE) * ts, (1 + NUDGE) * ts)
-    return head + [(k, float(t), wt) for (k, _, wt), t in zip(body, f)]
+    # the normal equations (diag(w) + BEND D'D) f = w t, D's row i the slope after point i + 1
+    # minus the slope before it: a pentadiagonal system, solved by its banded Cholesky factor
+    # (a dozen points: plain Python is several times faster than building the dense matrix)
+    inv = [1.0 / (body[i + 1][0] - body[i][0]) for i in range(n - 1)]
+    d0 = [p[2] for p in body]  # the diagonal and the two bands above it
+    d1, d2 = [0.0] * (n - 1), [0.0] * (n - 2)
+    for i in range(n - 2):
+        a, c = inv[i], inv[i + 1]
+        b = -a - c
+        d0[i] += BEND * a * a
+        d0[i + 1] += BEND * b * b
+        d0[i + 2] += BEND * c * c
+        d1[i] += BEND * a * b
+        d1[i + 1] += BEND * b * c
+        d2[i] += BEND * a * c
+    f = _solve_banded(d0, d1, d2, [p[2] * p[1] for p in body])
+    out = [(k, min(max(x, (1 - NUDGE) * t), (1 + NUDGE) * t), wt) for (k, t, wt), x in zip(body, f)]
+    return head + out
+
+
+def _solve_banded(d0: list[float], d1: list[float], d2: list[float], rhs: list[float]) -> list[float]:
+    """x with A x = rhs, A symmetric positive definite with diagonal d0 and the bands d1
+    (A[j, j+1]) and d2 (A[j, j+2]): A = L L' with L's diagonal l0 and bands l1, l2 below."""
+    n = len(d0)
+    l0, l1, l2, y = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    for j in range(n):
+        if j >= 2:
+            l2[j] = d2[j - 2] / l0[j - 2]
+        if j >= 1:
+            l1[j] = (d1[j - 1] - l2[j] * l1[j - 1]) / l0[j - 1]
+        l0[j] = math.sqrt(d0[j] - l1[j] ** 2 - l2[j] ** 2)
+        y[j] = (rhs[j] - l1[j] * (y[j - 1] if j >= 1 else 0.0) - l2[j] * (y[j - 2] if j >= 2 else 0.0)) / l0[j]
+    x = [0.0] * n
+    for j in range(n - 1, -1, -1):
+        after = (l1[j + 1] * x[j + 1] if j + 1 < n else 0.0) + (l2[j + 2] * x[j + 2] if j + 2 < n else 0.0)
+        x[j] = (y[j] - after) / l0[j]
+    return x
 
 
 def _monotone(pts: list[tuple[int, float, float]]) -> tuple[list[int], list[float]]:
