@@ -268,3 +268,18 @@ def test_a_lagging_draft_is_caught_up_only_when_the_model_beats_the_steps_it_sat
     else:
         raise AssertionError("the model never came back")
     assert i < 20
+
+
+def test_no_catch_up_the_rest_of_the_answer_cannot_repay() -> None:
+    # rename at T = 0: 59 tokens behind with 6 left, the model came back to feed them all (258 ms)
+    # for one step. A lag the model would feed at once with a long answer ahead is not fed when
+    # even every token left, drafted and accepted, would save less than the feeding costs.
+    ctrl = _hybrid_measured(0.002)
+    lag = 30
+    feed = ctrl.times.feed_cost(lag)
+    assert feed > 0 and ctrl.plan(lag, None).k > 0  # no limit told: the model drafts
+    ctrl.begin(max_tokens=int(1.5 * feed / ctrl.times.best_saving()))
+    assert ctrl.plan(lag, None).k > 0  # enough answer left to repay it
+    ctrl.begin(max_tokens=int(0.7 * feed / ctrl.times.best_saving()))
+    assert ctrl.plan(lag, None).k == 0
+    assert ctrl.plan(1, None).k > 0  # nothing to feed: the model still drafts

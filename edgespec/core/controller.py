@@ -97,15 +97,13 @@ class AdaptiveK:
         self._unscored = False  # the last scored catch-up came back without scores: probe instead
         self._asked = False  # the last plan asked for a scored catch-up
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
-        # what the last stretch saved less the checks since (a debt carries over); tokens the last check fed
-        self._credit, self._fed = 0.0, 0
+        self._credit, self._fed = 0.0, 0  # the last stretch's saving less the checks since; the last check's size
         self._left: int | None = None  # tokens the request may still produce (begin), None: not told
 
     @property
     def _paid(self) -> bool:
-        """Drafting's last stretch saved enough for the next check, after those since (the Q2_K
-        pair at T = 1.0, charged the fixed part for good after a stretch that barely paid,
-        checked every 14 plain steps, each feeding the draft all 14 tokens: 14% of the time)."""
+        """Drafting's last stretch saved enough for the next check, after those since (the Q2_K pair
+        at T = 1.0, charged the fixed part after a stretch that barely paid, spent 14% on checks)."""
         return self._credit > self._check_cost()
 
     def _check_cost(self) -> float:
@@ -223,9 +221,9 @@ class AdaptiveK:
         wins = offer[0] > 0 and offer[1] > max(self.speed(best), plain)
         self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
         stay = max(self.speed(0), self.lookup.draftless_speed(feed[1]) if lag >= 2 else 0.0)
-        if k > 0 and not self._plain and self._model_speed(k, lag, self._lookup_share) < stay:
-            # not worth feeding the draft what it missed: lookup will soon take over again, or the steps
-            # it sat out gave more (a probe of a neighbouring K too: it can wait for a step without a catch-up)
+        if k > 0 and not self._plain and (self._model_speed(k, lag, self._lookup_share) < stay or self._late(lag)):
+            # not worth feeding the draft what it missed: lookup will soon take over again, the steps it
+            # sat out gave more, or the answer ends first (a probe too: it can wait for a step without a lag)
             plan = Plan(0)
         if not offer[0]:
             return plan
@@ -238,7 +236,7 @@ class AdaptiveK:
         return chosen
 
     def begin(self, max_tokens: int | None = None) -> None:
-        """A new request of at most `max_tokens`: plain decoding left from the last answer is checked at once."""
+        """A new request of at most `max_tokens`: plain decoding left from the last one is checked at once."""
         self._left, self._recover_at = max_tokens, self.steps + 1 if self._plain and self._paid else self._recover_at
 
     def drafting(self) -> bool:
@@ -251,10 +249,8 @@ class AdaptiveK:
         longer verify, and (each one accepted) a later catch-up of the draft, whose fixed part
         (StepTimes.feed_fixed, if a lag costs more than its tokens) is paid once any copied
         token is accepted; they are taken when the step's expected tokens per second with
-        them beat the model's plan. That is where a copy resumes after a change: the model
-        drafts the change, lookup the copy after it. Lossless: a looked-up token is a
-        deterministic function of the tokens before it, so its q is one-hot; the model's
-        tokens keep their own q."""
+        them beat the model's plan: the model drafts a change, lookup the copy after it.
+        Lossless: a looked-up token is a function of the tokens before it (q one-hot)."""
         best = self.best_k()
         if best <= 0 or drafted >= best:
             return 0
@@ -276,15 +272,19 @@ class AdaptiveK:
                 take, copied = j, (sure + gain) / t
         return take if copied > model else 0
 
+    def _late(self, lag: int) -> bool:
+        """Too late to feed the draft `lag` missed tokens: the rest of the answer, all drafted
+        and accepted, would save less (a rename at T = 0 fed 59 for its last step: 258 ms)."""
+        left = self._left
+        return lag >= 2 and left is not None and left * self.times.best_saving() <= self.times.feed_cost(lag)
+
     def _model_speed(self, k: int, lag: int, share: float) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
         plain steps). The catch-up buys the model steps until lookup takes over again, about
         1 / `share` of them (the share of recent steps lookup would take from a caught-up
-        model), so only that share of it is charged: none on text lookup does not copy, where
-        a long lag is paid once and the model keeps going. Charged whole against every
-        proposal, a lag grown over a copy kept the model out after the copy ended (rename at
-        T = 0: one-token lookups accepted a fifth of the time and plain steps for 150 tokens,
-        where the model drafts 6 of 6)."""
+        model), so only that share of it is charged: none where lookup does not copy. Charged
+        whole, a lag grown over a copy kept the model out after it (rename at T = 0: 150 plain
+        and one-token lookup steps where the model drafts 6 of 6)."""
         costs = self.step_costs()
         t = costs[k] if k < len(costs) else 0.0
         if lag < 2 or t <= 0:  # the decoder feeds one missed token inside the step
