@@ -114,7 +114,7 @@ class LlamaModel:
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         # Weights repacked as llama.cpp's own tools do (here Q4_0 and Q4_K for AVX2 kernels: a
-        # Q4_0 model's 16-token verify 20-30% faster), but not on a build with AMX:
+        # Q4_0 model's 16-token verify 25-40% faster), but not on a build with AMX:
         # this llama.cpp's AMX matmul segfaults on batches of more than one token (every verify).
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
