@@ -221,7 +221,8 @@ class AdaptiveK:
         wins = offer[0] > 0 and offer[1] > max(self.speed(best), plain)
         self._lookup_share = LOOKUP_DECAY * self._lookup_share + (1 - LOOKUP_DECAY) * wins
         stay = max(self.speed(0), self.lookup.draftless_speed(feed[1]) if lag >= 2 else 0.0)
-        if k > 0 and not self._plain and (self._model_speed(k, lag, self._lookup_share) < stay or self._late(lag)):
+        late = lag >= 2 and self._late(self.times.feed_cost(lag))  # one missed token rides in the step
+        if k > 0 and not self._plain and (self._model_speed(k, lag, self._lookup_share) < stay or late):
             # not worth feeding the draft what it missed: lookup will soon take over again, the steps it
             # sat out gave more, or the answer ends first (a probe too: it can wait for a step without a lag)
             plan = Plan(0)
@@ -272,11 +273,10 @@ class AdaptiveK:
                 take, copied = j, (sure + gain) / t
         return take if copied > model else 0
 
-    def _late(self, lag: int) -> bool:
-        """Too late to feed the draft `lag` missed tokens: the rest of the answer, all drafted
-        and accepted, would save less (a rename at T = 0 fed 59 for its last step: 258 ms)."""
-        left = self._left
-        return lag >= 2 and left is not None and left * self.times.best_saving() <= self.times.feed_cost(lag)
+    def _late(self, cost: float) -> bool:
+        """Too late to pay `cost` (feeding the draft what it missed): the rest of the answer, all
+        drafted and accepted, would save less (a rename at T = 0 fed 59 for its last step: 258 ms)."""
+        return self._left is not None and self._left * self.times.best_saving() <= cost
 
     def _model_speed(self, k: int, lag: int, share: float) -> float:
         """speed(k) when the draft must first be fed the `lag` tokens it missed (lookup or
@@ -334,7 +334,7 @@ class AdaptiveK:
                 self._plain, self._recover_at = True, self.steps + self._score_gap()
             if self.steps < self._recover_at:
                 return 0
-            if self._left is not None and self._left * self.times.best_saving() <= self.times.check_cost(lag):
+            if self._late(self.times.check_cost(lag)):
                 return 0  # all accepted from here to max_tokens, a return would not repay the check's catch-up
             if lag > 0 and not self._unscored:
                 # feed the draft what it missed and score each token: a test of the text at
