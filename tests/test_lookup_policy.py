@@ -72,6 +72,22 @@ def test_evidence_fades_so_lookup_is_tried_again() -> None:
     assert policy.alpha(3)[0] > before + 0.2
 
 
+def test_evidence_fades_the_same_after_its_weight_is_folded_into_the_counts() -> None:
+    # a fade scales a row's weight (not each count); a weight that would underflow is folded in
+    policy = LookupPolicy(measured())
+    feed(policy, 3, 0.0, 30)
+    before = policy.evidence(3)
+    for _ in range(20000):  # 0.99 ** 20000 is about 1e-87: not folded yet
+        policy.idle()
+    assert policy.evidence(3) == pytest.approx(before * 0.99**20000, rel=1e-9)
+    for _ in range(60000):  # 0.99 ** 80000 would underflow to 0: folded on the way
+        policy.idle()
+    assert policy.evidence(3) < 1e-300
+    assert policy.alpha(3)[0] == pytest.approx(0.5)  # back at the prior
+    feed(policy, 3, 1.0, 30)  # evidence counts in full after the fold
+    assert policy.evidence(3) > 5 and policy.alpha(3)[0] > 0.8
+
+
 def test_the_adaptive_controller_takes_lookup_only_when_it_pays() -> None:
     ctrl = AdaptiveK(model=False)
     offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)

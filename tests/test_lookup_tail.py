@@ -198,21 +198,21 @@ def test_an_extended_step_teaches_each_source_its_own_part() -> None:
     ctrl = AdaptiveK()
     _warm(ctrl, True)
     before = [list(r.samples) for r in ctrl.times.by_k]
-    tried = sum(ctrl.lookup._tried[ctrl.lookup._row(3)])
+    tried = ctrl.lookup.evidence(3)
     # 2 model tokens, then 5 looked-up ones after a 3-gram match; all 2 + 3 accepted
     ctrl.observe(StepOutcome(7, 5, 0.008, 0.03, 0.04, extended=5, extended_match=3))
     assert [list(r.samples) for r in ctrl.times.by_k] == before, "no K's cost: it was no K's step"
-    assert sum(ctrl.lookup._tried[ctrl.lookup._row(3)]) > tried
+    assert ctrl.lookup.evidence(3) > tried
 
 
 def test_a_step_with_two_scored_proposals_fades_lookup_evidence_once() -> None:
     ctrl = AdaptiveK()
     _warm(ctrl, True)
     ctrl.lookup.record(2, 4, 4)  # evidence after a 2-gram match, which this step does not touch
-    tried = sum(ctrl.lookup._tried[ctrl.lookup._row(2)])
+    tried = ctrl.lookup.evidence(2)
     # the step's own proposal (4-gram) scored by shadow, and lookup's copy (3-gram) verified
     ctrl.observe(StepOutcome(7, 5, 0.008, 0.03, 0.04, match=4, shadow=(6, 3), extended=5, extended_match=3))
-    assert sum(ctrl.lookup._tried[ctrl.lookup._row(2)]) == pytest.approx(tried * IDLE_DECAY)
+    assert ctrl.lookup.evidence(2) == pytest.approx(tried * IDLE_DECAY)
 
 
 def test_the_engine_reports_lookup_tokens_of_a_model_step(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,14 +52,18 @@ class VerifyTimes:
         self._by_n = [Recent() for _ in range(n_max + 1)]
         self._table: dict[int, float] = {}  # cost(n) asked since the last add
         self._pts: list[tuple[int, float]] | None = None  # measured() since the last add
+        self._floor: list[float] | None = None  # per n, the largest measured time of a smaller batch
         # line() since the last add, boxed in a 1-tuple (its None means "under two sizes")
         self._fit: tuple[tuple[float, float] | None] | None = None
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
-            self._by_n[n].add(seconds)
-            self._table.clear()
-            self._pts = self._fit = None
+            r = self._by_n[n]
+            old = r.value if r.samples else None
+            r.add(seconds)
+            if r.value != old:  # a median that did not move changes no estimate
+                self._table.clear()
+                self._pts = self._fit = self._floor = None
 
     def measured(self) -> list[tuple[int, float]]:
         if self._pts is None:
@@ -69,9 +73,10 @@ class VerifyTimes:
     def cost(self, n: int) -> float:
         """v(n), computed once per measurement for each n asked (the decoder asks each step)."""
         n = min(max(n, 0), self.n_max)
-        if n not in self._table:
-            self._table[n] = self._estimate(self.measured(), n)
-        return self._table[n]
+        t = self._table.get(n)
+        if t is None:
+            t = self._table[n] = self._estimate(n)
+        return t
 
     def line(self) -> tuple[float, float] | None:
         """(intercept, slope) of the least-squares line through the sizes measured (slope at
@@ -80,24 +85,28 @@ class VerifyTimes:
             self._fit = (_line(self.measured()),)
         return self._fit[0]
 
-    @staticmethod
-    def _estimate(pts: list[tuple[int, float]], n: int) -> float:
-        """The median where measured, else a least-squares line through the measured sizes
+    def _estimate(self, n: int) -> float:
+        """The median where measured, else the least-squares line through the measured sizes
         (never below the largest measured time of a smaller batch: v grows with n)."""
+        pts = self.measured()
         if not pts:
             return 0.0
-        exact = dict(pts)
-        if n in exact:
-            return exact[n]
-        if len(pts) == 1:
+        if self._by_n[n].samples:
+            return self._by_n[n].value
+        fit = self.line()
+        if fit is None:
             ((n0, t0),) = pts
             fixed = t0 / (1 + GROWTH * (n0 - 1))
             line = fixed * (1 + GROWTH * (n - 1))
         else:
-            intercept, slope = _line(pts) or (0.0, 0.0)
+            intercept, slope = fit
             line = intercept + slope * n
-        floor = max((t for m, t in pts if m < n), default=0.0)
-        return max(line, floor)
+        if self._floor is None:
+            self._floor, top = [], 0.0
+            for r in self._by_n:
+                self._floor.append(top)
+                top = max(top, r.value) if r.samples else top
+        return max(line, self._floor[n])
 
 
 def _line(pts: list[tuple[int, float]]) -> tuple[float, float] | None:
@@ -116,8 +125,11 @@ class LookupPolicy:
     def __init__(self, times: VerifyTimes) -> None:
         # a record per match length (ROWS), 1 being a copy resumed after an edit (LookupIndex._resumed)
         self.times = times
+        # decayed counts per row and position, kept as stored * _weight[row]: a fade scales a
+        # row's weight, not each of its counts (it runs every step)
         self._tried = [[0.0] * L_MAX for _ in ROWS]
         self._accepted = [[0.0] * L_MAX for _ in ROWS]
+        self._weight = [1.0] * len(ROWS)
         self._overhead: deque[float] = deque(maxlen=9)  # step time outside the target pass
         self._draftless = (0.0, 0.0)  # decayed tokens and seconds of the steps no model drafted
 
@@ -131,13 +143,19 @@ class LookupPolicy:
         is no less likely to hold on: a long match with no record yet is judged as the long
         matches before it were)."""
         prior = self._pooled(row - 1) if ROWS[row] >= BORROW else PRIOR
-        return (sum(self._accepted[row]) + SHRINK * prior) / (sum(self._tried[row]) + SHRINK)
+        w = self._weight[row]
+        return (w * sum(self._accepted[row]) + SHRINK * prior) / (w * sum(self._tried[row]) + SHRINK)
 
     def alpha(self, match: int) -> list[float]:
         row = self._row(match)
-        tried, accepted = self._tried[row], self._accepted[row]
+        tried, accepted, w = self._tried[row], self._accepted[row], self._weight[row]
         pooled = self._pooled(row)  # and each position leans on the pooled rate
-        return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
+        return [(w * a + SHRINK * pooled) / (w * t + SHRINK) for a, t in zip(accepted, tried)]
+
+    def evidence(self, match: int) -> float:
+        """Positions tried, decayed, in the record for a `match`-token match."""
+        row = self._row(match)
+        return self._weight[row] * sum(self._tried[row])
 
     def overhead(self) -> float:
         return statistics.median(self._overhead) if self._overhead else 0.0
@@ -194,9 +212,10 @@ class LookupPolicy:
         if fade:
             self._fade(IDLE_DECAY, skip=row)
             self._fade(DECAY, only=row)
+        one = 1.0 / self._weight[row]
         for i in range(min(n_accepted + 1, k, L_MAX)):  # positions after a rejection were not tested
-            self._tried[row][i] += 1.0
-            self._accepted[row][i] += i < n_accepted
+            self._tried[row][i] += one
+            self._accepted[row][i] += one if i < n_accepted else 0.0
 
     def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False, fade: bool = True) -> None:
         """Any other step: with nothing scored (`fade`) lookup's evidence fades a little; a plain
@@ -212,7 +231,10 @@ class LookupPolicy:
         self._draftless = (DECAY * n + tokens, DECAY * t + seconds)
 
     def _fade(self, d: float, *, only: int | None = None, skip: int | None = None) -> None:
-        for rows in (self._tried, self._accepted):
-            for j, r in enumerate(rows):
-                if (only is None or j == only) and j != skip:
-                    r[:] = [x * d for x in r]
+        for j in range(len(ROWS)) if only is None else (only,):
+            if j != skip:
+                self._weight[j] *= d
+                if self._weight[j] < 1e-100:  # fold the weight into the counts before it underflows
+                    w, self._weight[j] = self._weight[j], 1.0
+                    self._tried[j] = [w * x for x in self._tried[j]]
+                    self._accepted[j] = [w * x for x in self._accepted[j]]

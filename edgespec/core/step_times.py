@@ -60,9 +60,10 @@ class StepTimes:
         self.fed = VerifyTimes(CATCH_UP_N_MAX)  # what a lag adds to a model step, by tokens fed (feed_cost)
         self.scored = VerifyTimes(CATCH_UP_N_MAX)  # scored catch-ups by tokens fed (the same per-size table)
         self.clock = 0
+        self._drafts = 0  # draft steps timed (draft_slope changes only then)
         self._at = [0] * (k_max + 1)  # the clock when each K was last timed
         self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
-        self._slope: tuple[int, float] = (-1, 0.0)  # (clock, draft_slope())
+        self._slope: tuple[int, float] = (-1, 0.0)  # (draft steps timed, draft_slope())
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
@@ -71,6 +72,7 @@ class StepTimes:
             self.by_k[k].add(seconds)
             if k:
                 self.draft_by_k[k].add(draft_s)
+                self._drafts += 1
 
     def catch_up_fixed(self) -> float | None:
         """What a scored catch-up costs whatever it feeds: switching to the draft model, a
@@ -116,15 +118,15 @@ class StepTimes:
     def draft_slope(self) -> float:
         """Seconds per extra draft token: the median of the slopes between every two measured
         K of the draft part (Theil-Sen: one K caught in a slow moment does not tilt it; with
-        one K measured, its draft time per token, an upper bound). Computed once per step added."""
-        if self._slope[0] != self.clock:
+        one K measured, its draft time per token, an upper bound). Computed once per draft step added."""
+        if self._slope[0] != self._drafts:
             pts = [(k, r.value) for k, r in enumerate(self.draft_by_k) if k and r.n]
             if len(pts) < 2:
                 slope = pts[0][1] / pts[0][0] if pts else 0.0
             else:
                 slopes = [(tb - ta) / (kb - ka) for i, (ka, ta) in enumerate(pts) for kb, tb in pts[i + 1 :]]
                 slope = max(0.0, statistics.median(slopes))
-            self._slope = (self.clock, slope)
+            self._slope = (self._drafts, slope)
         return self._slope[1]
 
     def frontier(self) -> int:
