@@ -144,6 +144,27 @@ def line_times(ks: tuple[int, ...], t0: float = 0.030, per_k: float = 0.016) -> 
     return times
 
 
+def test_plain_steps_leave_the_draft_steps_fit_as_it_was() -> None:
+    # K = 4 a little dear beside its neighbours: the fit nudges it; a long plain stretch after
+    # it moves only the plain step's cost (the draft K's ages count from the last draft step)
+    times = line_times((0, 2, 6, 8))
+    for _ in range(3):
+        times.add(4, 1.04 * (0.030 + 0.016 * 4), 0.048)
+    before = times.curve()
+    assert 0.030 + 0.016 * 4 < before[4] < 1.04 * (0.030 + 0.016 * 4)  # nudged, not as measured
+    for _ in range(400):
+        times.add(0, 0.030)
+    after = times.curve()
+    assert after is times.curve()  # kept while nothing moves
+    assert after[1:] == pytest.approx(before[1:], rel=1e-12)
+    times.add(0, 0.027)  # a plain step's median that moves is the plain cost at once
+    times.add(0, 0.027)
+    times.add(0, 0.027)
+    times.add(0, 0.027)
+    times.add(0, 0.027)
+    assert times.curve()[0] == pytest.approx(0.027)
+
+
 def test_a_k_timed_once_does_not_bend_the_curve_until_a_second_step_confirms_it() -> None:
     # a new batch shape's first call is slow (llama.cpp builds its graph): one K = 9 step at
     # 1.5x the line must not make K = 8-12 look dear; a second step is trusted

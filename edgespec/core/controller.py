@@ -89,7 +89,7 @@ class AdaptiveK:
         self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
         self.steps, self._seen, self._probes = 0, 0, 0
         self._speeds: list[float] | None = None
-        self._speeds_at = (-1, -1)  # (times.clock, own observations) when _speeds was computed
+        self._speeds_at = -1  # own observations when _speeds was computed (and _curve, the costs it used)
         self._curve: list[float] = []
         self._plain, self._recover_at = False, 0  # plain decoding chosen (not a probe); when to check it
         self._lookup_share = 0.0  # the share of recent steps lookup would take from a caught-up model
@@ -137,10 +137,10 @@ class AdaptiveK:
     def speeds(self) -> list[float]:
         """Expected tokens per second for K = 0..reach + 1 (kept until the next
         observation, this controller's or another's on the shared times)."""
-        at = (self.times.clock, self._seen)
-        if self._speeds is None or self._speeds_at != at:
-            self._speeds_at = at
-            self._curve = self.times.curve()
+        curve = self.times.curve()  # the same list until the costs move
+        if self._speeds is None or self._speeds_at != self._seen or curve is not self._curve:
+            self._speeds_at = self._seen
+            self._curve = curve
             alpha = self.alpha()
             e, run, self._speeds = 1.0, 1.0, []
             for k, t in enumerate(self._curve):

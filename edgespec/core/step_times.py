@@ -62,7 +62,8 @@ class StepTimes:
         self.clock = 0
         self._drafts = 0  # draft steps timed (draft_slope changes only then)
         self._at = [0] * (k_max + 1)  # the clock when each K was last timed
-        self._curve: tuple[int, list[float], int] = (-1, [], 0)  # (clock, curve, frontier)
+        self._curve: tuple[tuple, list[float], int] = ((), [], 0)  # (key, curve, frontier): curve()
+        self._body: tuple[tuple, list[tuple[int, float, float]]] = ((), [])  # (key, smoothed draft K): _points()
         self._slope: tuple[int, float] = (-1, 0.0)  # (draft steps timed, draft_slope())
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
@@ -153,27 +154,20 @@ class StepTimes:
 
     def curve(self) -> list[float]:
         """Estimated seconds of a step at each K = 0..reach + 1 (see the module docstring);
-        computed once per observation."""
-        if self._curve[0] != self.clock:
+        computed again when a draft step was timed or the plain step's median or weight moved."""
+        head = self.by_k[0]
+        key = (self._drafts, head.value if head.n else None, len(head.samples), self.clock - self._at[0])
+        if self._curve[0] != key:
             frontier = max((k for k, r in enumerate(self.by_k) if r.n), default=0)
-            self._curve = (self.clock, self._fit(min(self.k_max, self.reach(frontier) + 1)), frontier)
+            self._curve = (key, self._fit(min(self.k_max, self.reach(frontier) + 1)), frontier)
         return self._curve[1]
 
     def _fit(self, top: int) -> list[float]:
         """The curve up to K = top (past the frontier nothing is chosen, so nothing is needed)."""
-        timed = [k for k, r in enumerate(self.by_k) if r.n]
-        confirmed = [k for k in timed if len(self.by_k[k].samples) >= 2]
-        if len(confirmed) >= 2:
-            timed = confirmed  # a K timed once is not trusted yet (a new batch shape's first call is slow)
-        # each K's weight: its steps (up to 5), halved every AGE_HALF steps since it was last timed
-        # (down to a thousandth: an ancient median still counts where nothing newer is near)
-        pts = []
-        for k in timed:
-            r, age = self.by_k[k], self.clock - self._at[k]
-            pts.append((k, r.value, min(len(r.samples), 5) * max(1e-3, 0.5 ** (age / AGE_HALF))))
+        pts = self._points()
         if not pts:
             return [0.0] * (top + 1)
-        ks, ts = _monotone(_smooth(pts))
+        ks, ts = _monotone(pts)
         slope = self.draft_slope()
         if len(ks) >= 2 and ks[-1] > 1:
             # past the frontier the step grows at least as the last measured stretch did (a
@@ -192,6 +186,31 @@ class StepTimes:
                 t = ts[j - 1] + (k - ks[j - 1]) / (ks[j] - ks[j - 1]) * (ts[j] - ts[j - 1])
             out.append(max(t, out[-1]) if out else t)
         return out
+
+    def _points(self) -> list[tuple[int, float, float]]:
+        """(K, seconds, weight) of the K trusted, the draft steps' medians smoothed (`_smooth`).
+        A K timed once is not trusted yet where two are confirmed (a new batch shape's first
+        call is slow). Each K's weight is its steps (up to 5), halved every AGE_HALF steps
+        since it was last timed (down to a thousandth: an ancient median still counts where
+        nothing newer is near); a draft K's age counts from the last draft step, so that plain
+        steps leave the draft steps' fit as it was (it is kept until the next draft step)."""
+        timed = [k for k, r in enumerate(self.by_k) if r.n]
+        confirmed = [k for k in timed if len(self.by_k[k].samples) >= 2]
+        if len(confirmed) >= 2:
+            timed = confirmed
+        head = self.by_k[0]
+        pts = [(0, head.value, _weight(head, self.clock - self._at[0]))] if timed and timed[0] == 0 else []
+        key = (self._drafts, len(confirmed) >= 2)
+        if self._body[0] != key:
+            body = [k for k in timed if k]
+            last = max((self._at[k] for k in body), default=0)
+            fit = _smooth([(k, self.by_k[k].value, _weight(self.by_k[k], last - self._at[k])) for k in body])
+            self._body = (key, fit)
+        return pts + self._body[1]
+
+
+def _weight(r: Recent, age: int) -> float:
+    return min(len(r.samples), 5) * max(1e-3, 0.5 ** (age / AGE_HALF))
 
 
 def _smooth(pts: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
