@@ -79,6 +79,7 @@ class Acceptance:
         self._window: deque[tuple[int, float, tuple[float, ...]]] = deque(maxlen=CHANGE_WINDOW)
         self.changes = 0  # turns of the text detected so far
         self._n_tried = self._n_accepted = 0.0  # sums of tried and accepted, kept as they change
+        self._alpha: list[float] | None = None  # alpha() until the counts change
 
     def pooled(self) -> float:
         """Acceptance over all positions (the prior before any draft token was verified)."""
@@ -89,7 +90,9 @@ class Acceptance:
         return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
 
     def alpha(self) -> list[float]:
-        return self._shrunk(self.accepted, self.tried)
+        if self._alpha is None:
+            self._alpha = self._shrunk(self.accepted, self.tried)
+        return self._alpha
 
     def by_sure(self) -> list[float]:
         """Acceptance of a drafted token per bucket of the draft's confidence in it."""
@@ -109,6 +112,7 @@ class Acceptance:
         if t != a:
             return  # not a step whose drafts were all accepted
         if t < len(self.tried):
+            self._alpha = None
             self.tried[t] += 1.0
             self.accepted[t] += score
             self._n_tried += 1.0
@@ -164,6 +168,7 @@ class Acceptance:
 
     def _add(self, step: tuple[int, float, tuple[float, ...]]) -> None:
         n_tried, n_accepted, sure = step
+        self._alpha = None
         for i, s in enumerate(sure):
             b = bisect.bisect_right(SURE_EDGES, s)
             self.sure_tried[b] += 1.0
@@ -176,6 +181,7 @@ class Acceptance:
             self._n_accepted += got
 
     def _scale(self, d: float) -> None:
+        self._alpha = None
         self._n_tried *= d
         self._n_accepted *= d
         for xs in (self.tried, self.accepted, self.sure_tried, self.sure_accepted):
