@@ -135,8 +135,8 @@ class AdaptiveK:
         return self._curve
 
     def speeds(self) -> list[float]:
-        """Expected tokens per second for K = 0..reach + 1 (kept until the next
-        observation, this controller's or another's on the shared times)."""
+        """Expected tokens per second for K = 0..reach + 1 (kept until this controller's next
+        observation or a move of the shared step-cost curve)."""
         curve = self.times.curve()  # the same list until the costs move
         if self._speeds is None or self._speeds_at != self._seen or curve is not self._curve:
             self._speeds_at = self._seen
