@@ -39,8 +39,11 @@ def held_out_ratio(cell: dict) -> float | None:
     own speed (its luck helped pick it), so "adaptive / best fixed" reads low on a noisy machine;
     this reads high where a round's pick misses the best K. The truth lies between the two
     (docs/bench-history.md, stop 36). None with fewer than two rounds."""
-    runs = {int(k): [r["tokens_per_s"] for r in v["runs"]] for k, v in cell["edgespec"].items() if k.isdigit()}
-    runs = {k: v for k, v in runs.items() if k > 0}
+    runs = {
+        int(k): [r["tokens_per_s"] for r in v["runs"]]
+        for k, v in cell["edgespec"].items()
+        if k.isdigit() and int(k) > 0
+    }
     adaptive = [r["tokens_per_s"] for r in cell["edgespec"]["adaptive"]["runs"]]
     rounds = min([len(adaptive), *(len(v) for v in runs.values())])
     if rounds < 2 or not runs:
@@ -113,10 +116,6 @@ def summarize(result: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def _times(x: float | None) -> str:
-    return f"{x:.2f}x" if x is not None else "n/a"
-
-
 def markdown(result: dict) -> str:
     rows = summarize(result)
     out = [
@@ -136,7 +135,7 @@ def markdown(result: dict) -> str:
             f"| {r['best_fixed']:.1f} (K={r['best_k']}) | {r['adaptive']:.1f} "
             f"| {ratio(r['adaptive'], r['native_plain'])} | {ratio(r['adaptive'], r['native_spec_best'])} "
             f"| {ratio(r['best_fixed'], r['native_plain'])} | {ratio(r['best_fixed'], r['native_spec_best'])} "
-            f"| {ratio(r['adaptive'], r['best_fixed'])} | {_times(r['held_out'])} "
+            f"| {ratio(r['adaptive'], r['best_fixed'])} | {ratio(r['held_out'], 1.0)} "
             f"| {ratio(r['adaptive'], r['median_fixed'])} "
             f"| {100 * r['python_share']:.0f}% |"
         )
