@@ -214,3 +214,39 @@ def test_a_lagging_draft_reads_what_it_missed_in_its_first_call_and_the_step_is_
     # the draft's time is all counted once: steps' draft parts plus the catch-ups taken out of them
     draft_clock = sum(0.010 + 0.002 * n for _, n in draft.evals[1:])
     assert last.stats.draft_s == pytest.approx(draft_clock)
+
+
+class Renamer(FakeModel):
+    """A target that answers with its prompt's code, one name replaced everywhere (20 -> 30):
+    what a capable model writes when asked to rename a variable."""
+
+    CODE = [5, 6, 20, 7, 8, 9, 10, 20, 11, 12, 13, 20, 14, 15, 16, 17, 20, 18, 19, 21, 22, 20, 23, 24, 25, 20, 26]
+
+    def __init__(self, prompt_len: int) -> None:
+        super().__init__()
+        self.script = [30 if t == 20 else t for t in self.CODE] + [self.eos_id]
+        self.prompt_len = prompt_len
+
+    def _row(self, ctx):  # type: ignore[no-untyped-def]
+        i = min(len(ctx) - self.prompt_len, len(self.script) - 1)
+        row = np.full(self.n_vocab, -10.0, dtype=np.float32)
+        row[self.script[i]] = 10.0
+        return row
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_rename_is_copied_through_once_seen(replace: bool) -> None:
+    prompt = [1, *Renamer.CODE, 40, 41]  # the code, then "rename it"
+    model = Renamer(len(prompt))
+    dec = Decoder(model, lookup=True)
+    if not replace:
+        dec.index = type(dec.index)(replace=False)  # type: ignore[misc]
+    out = []
+    for step in decode(dec, prompt, GREEDY, FixedK(16, model=False), max_tokens=60, rng=np.random.default_rng(0)):
+        out += step.tokens
+    assert out == model.script[:-1]  # lossless either way
+    passes = len(model.evals) - 1  # the prompt's prefill aside
+    # each of the six occurrences breaks a copy that does not know the rename (a pass ends at
+    # it, one more finds the copy again: 15 passes); one that learnt it from the first two
+    # carries on through the other four (8)
+    assert passes <= 8 if replace else passes >= 12

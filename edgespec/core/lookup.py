@@ -17,6 +17,10 @@ one-token match, near a copy). Measured offline on the demo model's greedy answe
 12 (extract), 14 -> 11 (revise); on an exact rename of the bench's code (every `values`
 now `samples`) 28 -> 19.
 
+An edit seen at two places (the same source span, the same tokens written instead: a
+rename) becomes a rule that later copies make (`Replacements`, edgespec/core/replacements.py),
+so the rest of a rename is proposed through instead of breaking the copy at each occurrence.
+
 The proposal is deterministic, so the draft row q is one-hot on each proposed
 token and verification is the ordinary rule with q = `Dist.one_hot(x)`: accept
 with probability p(x), on rejection emit from p with x removed. Lossless at any
@@ -49,6 +53,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .replacements import Replacements
 
 # Measured with 3 gram sizes: ~410 bytes per kept token when every gram is new (random tokens),
 # ~60 on repetitive text; so at most ~55 MB, and a 128k context is covered whole.
@@ -90,7 +96,12 @@ class LookupIndex:
     """An n-gram index over one growing token sequence (see the module docstring)."""
 
     def __init__(
-        self, n_min: int = 2, n_max: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS, resync: int = RESYNC_SKIP
+        self,
+        n_min: int = 2,
+        n_max: int = 4,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        resync: int = RESYNC_SKIP,
+        replace: bool = True,
     ) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
@@ -108,6 +119,7 @@ class LookupIndex:
         # (-1: none, or a link to an occurrence since forgotten: check `e - n >= base`).
         self._head: list[dict[tuple[int, ...], int]] = [{} for _ in self._sizes()]
         self._prev: list[array[int]] = [array("q") for _ in self._sizes()]
+        self.rules = Replacements(replace)  # learnt from copies resumed after an edit (`_resumed`)
 
     def __len__(self) -> int:
         return self._base + len(self._toks)
@@ -132,6 +144,8 @@ class LookupIndex:
         first = len(self)
         self._toks.extend(tokens)
         self._index_from(first)
+        if self.rules:
+            self.rules.drop(self._written(first))
         if len(self._toks) > self.max_tokens + self._slack:
             self._evict(len(self) - self.max_tokens)
 
@@ -140,6 +154,7 @@ class LookupIndex:
         window refills from what is appended next (`sync` refills it from its argument)."""
         if n >= len(self):
             return
+        self.rules.forget_after(n)  # what was learnt from the tokens that go
         if n <= self._base:
             self._reset(max(n, 0))
             return
@@ -163,6 +178,7 @@ class LookupIndex:
             self.append(tokens[len(self) :])
             return
         keep = self._common_prefix(tokens, known_prefix or 0)
+        self.rules.forget_after(keep)
         if self._starved(keep - self._base, len(tokens)):
             self._reset(max(0, len(tokens) - self.max_tokens))  # cheaper than unindexing most of it
         else:
@@ -276,19 +292,46 @@ class LookupIndex:
         return m
 
     def _resumed(self, k: int) -> Proposal:
-        """A copy resumed after an edit of it (module docstring), or NO_PROPOSAL."""
-        end, base = len(self), self._base
+        """A copy resumed after an edit of it (module docstring), or NO_PROPOSAL. The edit is
+        learnt as a replacement (edgespec/core/replacements.py), and one already learnt is
+        known when written."""
+        end, base, toks = len(self), self._base, self._toks
         if end - 1 <= base:
             return NO_PROPOSAL
-        last = self._toks[-1]
+        last = toks[-1]
         for cut in range(end - 1, max(base, end - 1 - self.resync), -1):  # the edit wrote tokens cut..end-1
             _, e = self._match(cut)  # where the copy stood before the edit
             if e < 0:
                 continue
+            written = tuple(toks[cut - base : end - base])
             for q in range(e, min(e + RESYNC_WINDOW, cut)):
-                if self._toks[q - base] == last:
+                if toks[q - base] == last:
+                    self.rules.learn(tuple(toks[e - base : q - base]), written[:-1], end)
                     return Proposal(self._copy(q + 1, k), 1, q + 1, 1, 1)
+                for src, new in self.rules.known(toks[q - base]):  # the edit was a known replacement
+                    if new == written and tuple(toks[q - base : q + len(src) - base]) == src:
+                        return Proposal(self._copy(q + len(src), k), 1, q + len(src), 1, 1)
         return NO_PROPOSAL
+
+    def _written(self, first: int) -> list[tuple[int, ...]]:
+        """The rules whose source span occurs in the tokens from `first` on (found through the
+        n-gram index where it has the span's size, so a long prompt costs no scan)."""
+        toks, base, end = self._toks, self._base, len(self)
+        new = set(toks[max(first, base) - base :])
+        hit = []
+        for src in self.rules.spans():
+            n = len(src)
+            if src[-1] not in new:
+                continue
+            if n == 1 or tuple(toks[end - n - base :]) == src:
+                hit.append(src)
+            elif self.n_min <= n <= self.n_max:
+                e = self._head[n - self.n_min].get(src, -1)  # its latest occurrence ends before e
+                if e - n >= max(first - n + 1, base):
+                    hit.append(src)
+            elif any(tuple(toks[j - base : j + n - base]) == src for j in range(max(first - n + 1, base), end - n + 1)):
+                hit.append(src)
+        return hit
 
     def _match(self, cut: int) -> tuple[int, int]:
         """(n, e): the longest n-gram ending at `cut` that occurred before it, and the position
@@ -306,12 +349,14 @@ class LookupIndex:
         return 0, -1
 
     def _copy(self, source: int, k: int) -> tuple[int, ...]:
-        """k tokens from `source` on, the copy continuing into its own output past the end."""
-        out = self._toks[source - self._base : source - self._base + k]
-        period = len(self) - source
+        """k tokens from `source` on, the copy continuing into its own output past the end,
+        with the replacements learnt made (edgespec/core/replacements.py)."""
+        i = source - self._base
+        out = self.rules.apply(self._toks, i, k) if self.rules else self._toks[i : i + k]
+        period = len(out)  # when short of k: the copy ran to the end
         for j in range(len(out), k):
             out.append(out[j - period])
-        return tuple(out)
+        return tuple(out[:k])
 
     def _votes(self, n: int, e: int, first: int) -> tuple[int, int]:
         # We follow the most recent occurrence, not the continuation most occurrences share:
