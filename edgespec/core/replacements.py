@@ -72,6 +72,8 @@ class Replacements:
 
     def forget_after(self, n: int) -> None:
         """Drop what was learnt from edits past position `n` (tokens taken back, another conversation)."""
+        if not (self._rules or self._edits):
+            return  # most steps: nothing learnt
         if self._edits:
             self._edits = {e: [a for a in seen if a <= n] for e, seen in self._edits.items() if min(seen) <= n}
         self.drop([src for src, (_, at) in self._rules.items() if at > n])
