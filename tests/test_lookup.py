@@ -153,9 +153,21 @@ def test_a_known_replacement_just_written_resumes_the_copy() -> None:
 def test_a_replacement_goes_when_the_answer_writes_the_source_span_again() -> None:
     idx = renamed()
     idx.append([10, 20, 12])  # the answer wrote values: not a rename everywhere
-    idx.truncate(len(idx) - 3)
     idx.append([10, 11, 12])
     assert idx.propose(2).tokens == (20, 13)
+
+
+def test_a_replacement_dropped_by_tokens_taken_back_is_restored() -> None:
+    idx = renamed()
+    idx.append([20])  # a draft wrote values, and the target rejected it
+    idx.truncate(len(idx) - 1)
+    idx.append([10, 11, 12])
+    assert idx.propose(2).tokens == (30, 13)  # the rule holds: the answer never wrote values
+    kept = renamed()
+    kept.append([20, 9])  # the answer wrote it
+    kept.truncate(len(kept) - 1)  # only the token after it is taken back
+    kept.append([10, 11, 12])
+    assert kept.propose(2).tokens == (20, 13)
 
 
 def test_a_replacement_learnt_from_tokens_taken_back_goes() -> None:

@@ -145,7 +145,7 @@ class LookupIndex:
         self._toks.extend(tokens)
         self._index_from(first)
         if self.rules:
-            self.rules.drop(self._written(first))
+            self.rules.drop(self._written(first), written_from=first)
         if len(self._toks) > self.max_tokens + self._slack:
             self._evict(len(self) - self.max_tokens)
 

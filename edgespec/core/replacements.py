@@ -36,6 +36,9 @@ class Replacements:
         self._rules: dict[Span, tuple[Span, int]] = {}  # source span -> (replacement, position learnt at)
         self._by_first: dict[int, list[Span]] = {}  # the rules' spans by their first token
         self._edits: dict[tuple[Span, Span], list[int]] = {}  # edits not yet rules: where each was seen
+        # rules dropped by tokens that may be taken back (a draft's): (span, replacement, learnt
+        # at, the first position of the tokens that wrote the span)
+        self._dropped: list[tuple[Span, Span, int, int]] = []
 
     def __bool__(self) -> bool:
         return bool(self._rules)
@@ -71,17 +74,31 @@ class Replacements:
         self._index()
 
     def forget_after(self, n: int) -> None:
-        """Drop what was learnt from edits past position `n` (tokens taken back, another conversation)."""
-        if not (self._rules or self._edits):
+        """Positions from `n` on are taken back (a draft's rejected tokens, another conversation):
+        drop what was learnt from edits there, and restore the rules that tokens there dropped
+        (a draft that wrote the old name does not show the answer keeps it)."""
+        if not (self._rules or self._edits or self._dropped):
             return  # most steps: nothing learnt
+        if self._dropped:
+            back = [d for d in self._dropped if d[3] >= n and d[2] <= n]
+            self._dropped = [d for d in self._dropped if d[3] < n]
+            for src, new, at, _ in back:
+                self._rules.setdefault(src, (new, at))
+            while len(self._rules) > RULES_MAX:
+                del self._rules[next(iter(self._rules))]
+            self._index()
         if self._edits:
             self._edits = {e: [a for a in seen if a <= n] for e, seen in self._edits.items() if min(seen) <= n}
         self.drop([src for src, (_, at) in self._rules.items() if at > n])
 
-    def drop(self, spans: Sequence[Span]) -> None:
+    def drop(self, spans: Sequence[Span], written_from: int | None = None) -> None:
+        """Drop the rules of `spans`; `written_from`: the first position of the tokens that wrote
+        them, kept so that taking those tokens back restores the rules (`forget_after`)."""
         if spans:
             for src in spans:
-                self._rules.pop(src, None)
+                new, at = self._rules.pop(src, ((), 0))
+                if new and written_from is not None:
+                    self._dropped = [*self._dropped[-RULES_MAX + 1 :], (src, new, at, written_from)]
             self._index()
 
     def apply(self, toks: Sequence[int], i: int, k: int) -> list[int]:
