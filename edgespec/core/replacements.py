@@ -79,7 +79,7 @@ class Replacements:
         (a draft that wrote the old name does not show the answer keeps it)."""
         if not (self._rules or self._edits or self._dropped):
             return  # most steps: nothing learnt
-        if self._dropped:
+        if self._dropped and self._dropped[-1][3] >= n:  # the latest last: none is taken back otherwise
             back = [d for d in self._dropped if d[3] >= n and d[2] <= n]
             self._dropped = [d for d in self._dropped if d[3] < n]
             for src, new, at, _ in back:
