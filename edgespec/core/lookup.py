@@ -178,8 +178,8 @@ class LookupIndex:
             self.append(tokens[len(self) :])
             return
         keep = self._common_prefix(tokens, known_prefix or 0)
-        self.rules.forget_after(keep)
         if self._starved(keep - self._base, len(tokens)):
+            self.rules.forget_after(keep)  # (truncate does this on the other path)
             self._reset(max(0, len(tokens) - self.max_tokens))  # cheaper than unindexing most of it
         else:
             self.truncate(keep)
@@ -298,7 +298,7 @@ class LookupIndex:
         end, base, toks = len(self), self._base, self._toks
         if end - 1 <= base:
             return NO_PROPOSAL
-        last = toks[-1]
+        last, rules = toks[-1], self.rules if self.rules else None
         for cut in range(end - 1, max(base, end - 1 - self.resync), -1):  # the edit wrote tokens cut..end-1
             _, e = self._match(cut)  # where the copy stood before the edit
             if e < 0:
@@ -308,7 +308,7 @@ class LookupIndex:
                 if toks[q - base] == last:
                     self.rules.learn(tuple(toks[e - base : q - base]), written[:-1], end)
                     return Proposal(self._copy(q + 1, k), 1, q + 1, 1, 1)
-                for src, new in self.rules.known(toks[q - base]):  # the edit was a known replacement
+                for src, new in rules.known(toks[q - base]) if rules else ():  # the edit was a known replacement
                     if new == written and tuple(toks[q - base : q + len(src) - base]) == src:
                         return Proposal(self._copy(q + len(src), k), 1, q + len(src), 1, 1)
         return NO_PROPOSAL
@@ -356,7 +356,7 @@ class LookupIndex:
         period = len(out)  # when short of k: the copy ran to the end
         for j in range(len(out), k):
             out.append(out[j - period])
-        return tuple(out[:k])
+        return tuple(out)
 
     def _votes(self, n: int, e: int, first: int) -> tuple[int, int]:
         # We follow the most recent occurrence, not the continuation most occurrences share:

@@ -19,7 +19,7 @@ again (LookupIndex._written). Pure Python: no model, no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 SPAN_MAX = 3  # the longest span a replacement rewrites, either side: a renamed word (longer: a rewording)
 SEEN = 2  # edits that must make the same replacement, at different places, before copies make it
@@ -46,9 +46,9 @@ class Replacements:
     def spans(self) -> list[Span]:
         return list(self._rules)
 
-    def known(self, token: int) -> Iterable[tuple[Span, Span]]:
+    def known(self, token: int) -> list[tuple[Span, Span]]:
         """The rules whose source span starts with `token`: (span, replacement)."""
-        return ((src, self._rules[src][0]) for src in self._by_first.get(token, ()))
+        return [(src, self._rules[src][0]) for src in self._by_first.get(token, ())]
 
     def learn(self, src: Span, new: Span, at: int) -> None:
         """The answer wrote `new` where the copy's source had `src`, up to position `at`. A word
@@ -114,7 +114,7 @@ class Replacements:
             else:
                 out.append(toks[i])
                 i += 1
-        return out
+        return out[:k]  # a replacement longer than its span may overshoot
 
     def _index(self) -> None:
         self._by_first = {}
