@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.core.acceptance import binomial_tail
+from edgespec.core.acceptance import Acceptance, binomial_tail
 from edgespec.core.controller import WARMUP, AdaptiveK, FixedK, StepOutcome, StepTimes
 
 
@@ -198,6 +198,19 @@ def test_acceptance_follows_a_turn_of_the_text_within_a_few_steps() -> None:
     high = ctrl.best_k()
     ks = drive(ctrl, Machine(0.2, 0.004, 0.022, 0.05, seed=14), 6)
     assert ctrl.pooled() < 0.5 and ks[-1] < high / 2
+
+
+def test_the_first_rejection_after_drafts_all_accepted_is_not_a_turn() -> None:
+    # code at T = 0: every draft accepted for 40 steps, then a step whose sixth token is rejected
+    # (an estimate of exactly 1 made that rejection impossible, and K fell from 22 to 3)
+    acc = Acceptance(16)
+    for _ in range(40):
+        acc.observe(6, 6, ())
+    acc.observe(6, 5, ())
+    assert acc.changes == 0 and acc.pooled() > 0.95
+    for _ in range(3):  # a real turn still shows within a few steps
+        acc.observe(6, 0, ())
+    assert acc.changes == 1 and acc.pooled() < 0.5
 
 
 def test_binomial_tail() -> None:
