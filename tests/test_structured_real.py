@@ -42,7 +42,9 @@ ASK = [{"role": "user", "content": "Plan a short trip. Answer in JSON."}]
 def test_sampled_answers_follow_an_unseen_schema_with_drafts_accepted(demo_engine) -> None:
     accepted = 0
     for seed in range(4):
-        res = demo_engine.generate(ASK, temperature=0.8, max_tokens=300, json_schema=TRIP, seed=seed)
+        # room for the longest answer the schema allows: 160 characters of strings, and a
+        # sampled string may be emoji of up to 4 tokens each (at 300 a valid answer ran out)
+        res = demo_engine.generate(ASK, temperature=0.8, max_tokens=800, json_schema=TRIP, seed=seed)
         assert res.finish_reason == "stop", res.text
         jsonschema.validate(json.loads(res.text), TRIP)
         accepted += res.stats.n_accepted
