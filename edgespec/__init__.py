@@ -11,6 +11,14 @@ the one module that imports llama_cpp, GGUF reading, pair checks, models),
 `api` (the Engine and its Generation handle), `frontends` (CLI, server, bench).
 """
 
+# llama.cpp's libraries load before numpy does: on a CUDA build (an H200 machine, numpy 2.5
+# from PyPI) every model load segfaulted when numpy had been imported first, and none did
+# the other way round (docs/bench-history.md, stop 38). An app that imports numpy itself
+# should import edgespec first.
+# isort: off
+from .llama import backend as _backend  # noqa: F401
+
+# isort: on
 from .api.engine import Engine, Prompt
 from .api.generation import Generation
 from .api.isolated import IsolatedEngine

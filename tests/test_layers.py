@@ -87,3 +87,20 @@ def test_the_loop_finder_finds_a_loop() -> None:
     graph.add_import(importer="c", imported="a")
     graph.add_import(importer="c", imported="d")
     assert _cycles(graph, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
+
+
+def test_llama_cpp_loads_before_numpy() -> None:
+    # on a CUDA build (an H200 machine, numpy 2.5 from PyPI) every model load segfaulted when
+    # numpy had been imported before llama_cpp, and none did the other way round (stop 38)
+    code = (
+        "import sys\n"
+        "seen = []\n"
+        "class Log:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        seen.append(name)\n"
+        "sys.meta_path.insert(0, Log())\n"
+        "import edgespec\n"
+        "print(seen.index('llama_cpp') < seen.index('numpy'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
