@@ -1,0 +1,16 @@
+# The GPU check as one device call (README.md beside this): build llama-cpp-python with CUDA
+# from the carried sdist, cut the draft from the carried target, run check.py.
+set -x
+R=$PWD
+G=docs/scripts/gpu_check
+nvidia-smi --query-gpu=name,driver_version --format=csv; nvcc --version | tail -1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+(cd /tmp && tar xJf "$R/.gpu/lcp.tar.xz") || exit 1
+export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAVA_BUILD=OFF"
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+T0=$(date +%s)
+python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir --target /tmp/site /tmp/llama_cpp_python-0.3.36 > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 2; }
+echo "build took $(( $(date +%s) - T0 )) s"
+export PYTHONPATH=/tmp/site:$R
+python3 $G/truncate_gguf.py .gpu/target.gguf /tmp/draft.gguf 6 || exit 3
+REPS=${REPS:-2} PYTHONUNBUFFERED=1 timeout 200 python3 -X faulthandler $G/check.py .gpu/target.gguf /tmp/draft.gguf 2>&1 | grep -E '^\{|Fatal|File "' | tee "$OUT/check.txt"
