@@ -15,7 +15,12 @@ prompts (the copy prompts, or make bench's code, story, explanation), temperatur
 TOKENS=n the answer's length (256); SEED0=n the first repeat's seed (1234, then one up per
 repeat); FRESH=1 new engines for each prompt (by default the prompts run in order on one
 engine per column, whose controller carries its state from one prompt to the next, as a
-server's does). make bench's adaptive cells, noise-free:
+server's does). NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
+machine's spread), drawn from a generator per column seeded with NOISE_SEED (7): the same
+calls in two columns or two versions draw the same factors, and a column that decides
+differently draws differently from there on (so compare versions over several seeds).
+The costs of stop 39's make bench (a draft token 0.43 of a plain step, each verified token
+0.13 more) are COSTS=0.76,0.68. make bench's adaptive cells, noise-free:
 
     TOKENS=128 COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py \
         k0,k1,k2,k3,k4,k5,k6,k7,k8,model code,story,explanation 0 2
@@ -49,6 +54,8 @@ DRAFT, SLOPE = (float(x) for x in os.environ.get("COSTS", "1,1").split(","))
 TOKENS = int(os.environ.get("TOKENS", "256"))
 SEED0 = int(os.environ.get("SEED0", "1234"))
 FRESH = os.environ.get("FRESH") == "1"
+NOISE = float(os.environ.get("NOISE", "0"))
+NOISE_SEED = int(os.environ.get("NOISE_SEED", "7"))
 
 
 def main() -> None:
@@ -58,11 +65,11 @@ def main() -> None:
     clock.perf_counter = lambda: clock.now
     decoder_mod.time = clock  # type: ignore[assignment]
 
-    def timed(model, cost):
+    def timed(model, cost, rng):
         evaluate = model.eval
 
         def eval(tokens, pos, logits_from=None):
-            clock.now += cost(len(tokens))
+            clock.now += cost(len(tokens)) * (float(rng.lognormal(0.0, NOISE)) if NOISE else 1.0)
             return evaluate(tokens, pos, logits_from)
 
         model.eval = eval
@@ -75,9 +82,10 @@ def main() -> None:
         for col in cols:
             kind = kinds.get(col, (draft, False))  # kN: the model draft at a fixed K = N
             engine = Engine.load(target, kind[0], n_ctx=2048, lookup=kind[1])
-            timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000)
+            rng = np.random.default_rng(NOISE_SEED)  # both models of a column draw from one
+            timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000, rng)
             if engine._decoder.draft is not None:
-                timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000)
+                timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000, rng)
             engines[col] = engine
         return engines
 
