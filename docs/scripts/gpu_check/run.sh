@@ -9,7 +9,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAVA_BUILD=OFF"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 T0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir --target /tmp/site /tmp/llama_cpp_python-0.3.36 > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 2; }
+SRC=$(ls -d /tmp/llama_cpp_python-*/ | head -1)  # the version pyproject.toml pins (README.md)
+python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir --target /tmp/site "$SRC" > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 2; }
 echo "build took $(( $(date +%s) - T0 )) s"
 export PYTHONPATH=/tmp/site:$R
 python3 $G/truncate_gguf.py .gpu/target.gguf /tmp/draft.gguf 6 || exit 3
