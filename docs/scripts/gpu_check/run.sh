@@ -1,7 +1,8 @@
 # The GPU check as one device call (README.md beside this): build llama-cpp-python with CUDA
 # from the carried sdist, then either cut the draft from the carried target and run check.py
 # (`bash run.sh`), or make a 7B-class pair with a 262k vocabulary there and run pair_check.py
-# (`bash run.sh pair`).
+# (`bash run.sh pair`), or on that pair trace the controller's steps with pair_trace.py
+# (`bash run.sh trace`).
 set -x
 MODE=${1:-demo}
 R=$PWD
@@ -16,12 +17,13 @@ SRC=$(ls -d /tmp/llama_cpp_python-*/ | head -1)  # the version pyproject.toml pi
 python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir --target /tmp/site "$SRC" > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 2; }
 echo "build took $(( $(date +%s) - T0 )) s"
 export PYTHONPATH=/tmp/site:$R
-if [ "$MODE" = pair ]; then
+SCRIPT=pair_check.py; [ "$MODE" = trace ] && SCRIPT=pair_trace.py
+if [ "$MODE" = pair ] || [ "$MODE" = trace ]; then
   T0=$(date +%s)
   python3 $G/synth_gguf.py .gpu/tokenizer.gguf /tmp/target.gguf --vocab 262144 --embd 4096 --layers 32 --ff 14336 --heads 32 --kv-heads 8 || exit 3
   python3 $G/truncate_gguf.py /tmp/target.gguf /tmp/draft.gguf 4 || exit 3
   echo "models made in $(( $(date +%s) - T0 )) s"; ls -la /tmp/target.gguf /tmp/draft.gguf
-  REPS=${REPS:-3} PYTHONUNBUFFERED=1 timeout ${LIMIT:-240} python3 -X faulthandler $G/pair_check.py /tmp/target.gguf /tmp/draft.gguf 2>&1 | tee "$OUT/pair.log" | grep -E "^\{|Fatal|File |Error"
+  REPS=${REPS:-3} PYTHONUNBUFFERED=1 timeout ${LIMIT:-240} python3 -X faulthandler $G/$SCRIPT /tmp/target.gguf /tmp/draft.gguf 2>&1 | tee "$OUT/$MODE.log" | grep -E "^\{|Fatal|File |Error"
   exit 0
 fi
 python3 $G/truncate_gguf.py .gpu/target.gguf /tmp/draft.gguf 6 || exit 3
