@@ -11,7 +11,9 @@ function of the context, so re-evaluating a cut cache gives the same rows.
 Costs: `Curve` is the time of one eval of n tokens, flat up to a knee and then rising
 per token (a CPU is a knee of 1; a GPU verifies a batch up to its knee for the price of
 one token); `switch_s` is paid when an eval runs on the other model than the last one
-(weights evicting each other from a cache). `MACHINES` is the table the bench prints;
+(weights evicting each other from a cache); `reshape` is what each model's first two calls
+after a change of its batch size cost more (a runtime replaying captured graphs, as
+llama.cpp's CUDA backend does). `MACHINES` is the table the bench prints;
 `random_machine(seed)` draws others from the same broad ranges (tests judge the
 controller on seeds nothing was tuned on).
 """
@@ -51,6 +53,10 @@ class Machine:
     target: Curve
     draft: Curve
     switch_s: float = 0.0  # paid by an eval on the other model than the last one
+    # a model's eval costs this much more (a share of its cost) on the first two calls after
+    # its batch size changed: a GPU runtime that replays a captured graph of the model's
+    # kernels (llama.cpp's CUDA graphs) runs the first call without one and captures it on the second
+    reshape: float = 0.0
 
 
 MS = 2e-3  # one plain target step: long enough that the controller's own ~0.1 ms is a few %
@@ -62,6 +68,8 @@ MACHINES = (
     Machine("gpu-knee4", Curve(1.0 * MS, 4, 0.25), Curve(0.12 * MS, 8, 0.1)),
     Machine("gpu-knee8", Curve(1.0 * MS, 8, 0.2), Curve(0.1 * MS, 8, 0.1)),
     Machine("gpu-knee16", Curve(1.0 * MS, 16, 0.15), Curve(0.06 * MS, 16, 0.1), 0.05 * MS),
+    # an 8B Q4_0 target and a 4-block draft cut from it on an H200 (docs/bench-history.md, stop 40)
+    Machine("gpu-graphs", Curve(1.0 * MS, 2, 0.13), Curve(0.21 * MS, 2, 0.1), 0.0, 0.8),
 )
 
 
@@ -135,6 +143,7 @@ class World:
         self.machine, self.profile, self.seed, self.clock = machine, profile, seed, clock
         self.vocab = vocab
         self.last: str | None = None
+        self.shape = {"target": (0, 0), "draft": (0, 0)}  # per model: (last batch size, calls at it in a row)
         self.text: list[int] = []  # the target's cache: the text so far (where a draft's window sits)
 
     def target_token(self, pos: int, prev: int) -> int:
@@ -156,6 +165,11 @@ class World:
         sleep overshoots by some 0.07 ms, the same for every K: part of the machine)."""
         curve = self.machine.target if who == "target" else self.machine.draft
         cost = curve(n) + (self.machine.switch_s if self.last not in (None, who) else 0.0)
+        last, calls = self.shape[who]
+        calls = calls + 1 if n == last else 1
+        self.shape[who] = (n, calls)
+        if calls <= 2:
+            cost += self.machine.reshape * curve(n)
         self.last = who
         if self.clock is not None:
             self.clock.now += cost
