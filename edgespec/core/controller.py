@@ -23,8 +23,8 @@ fixed cost for switching models. The K range is what the machine allows, up to k
 machine's costs known. alpha_i (`Acceptance`) follow the text: a long memory on steady
 text, and a change test that jumps to a turned text within a few steps.
 
-Exploration: every PROBE_EVERY steps it tries a neighbour of its best K, and every
-fourth of those a plain step, so T(0), the yardstick for every decision, stays fresh.
+Exploration: every PROBE_EVERY steps (StepTimes.probe_every: fewer where a change of K costs a
+rebuild) it tries a neighbour of its best K, every fourth a plain step, so T(0) stays fresh.
 When K = 0 wins it decodes plainly and now and then plans a scored catch-up (`Plan.score`):
 the decoder feeds the draft the tokens it missed (of a long lag, a window: Decoder._catch_up)
 and scores each with the chance a draft of it would have been accepted
@@ -201,8 +201,8 @@ class AdaptiveK:
         best = self.best_k()
         warming = self.steps <= len(self._warmup)
         k = min(self.k_max, self._warmup[self.steps - 1]) if warming else self._next_k(best, lag)
-        # a probe (any K but the best) drafts all its tokens: it is there to measure that K
-        stop_below = self.stop_threshold(k) if k == best and not warming else 0.0
+        # a probe drafts all its tokens (it measures a K), as does every step where a shorter verify costs a rebuild
+        stop_below = self.stop_threshold(k) if k == best and not (warming or self.times.reshape()) else 0.0
         extend = proposal is not None and k == best > 0 and not (warming or self._plain)  # probes measure a K
         plan = Plan(k, max(stop_below, self.p_min), True, self.estimated_speedup(best), extend=extend)
         if self._score:
@@ -319,8 +319,8 @@ class AdaptiveK:
         """Plain steps between recovery probes of K = k, so that probing costs PROBE_BUDGET
         of the time: a probe loses what its step and the draft's catch-up cost beyond the
         plain steps that would have given its expected tokens."""
-        t0 = self.step_costs()[0]
-        loss = self.step_costs()[k] + self.times.catch_up.value - self.expected_tokens(k) * t0
+        t0, tk = self.step_costs()[0], self.step_costs()[k] * (1 + 3 * self.times.reshape())  # and its rebuilds
+        loss = tk + self.times.catch_up.value - self.expected_tokens(k) * t0
         return max(1, math.ceil(loss / (PROBE_BUDGET * t0))) if t0 > 0 else 1
 
     def _next_k(self, best: int, lag: int) -> int:
@@ -349,7 +349,7 @@ class AdaptiveK:
             self._recover_at = self.steps + self._probe_gap(probe)
             return probe
         self._plain = False
-        if self.steps % PROBE_EVERY:
+        if self.steps % self.times.probe_every(PROBE_EVERY, PROBE_BUDGET):
             return best
         # keep the neighbours' costs fresh, and now and then the plain step's time (the
         # yardstick for everything else: a stale or unlucky one misleads every decision)

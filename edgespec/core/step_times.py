@@ -26,6 +26,15 @@ two models). `curve()` makes it usable everywhere in 0..k_max:
     frontier (the median slope, or a least-squares line, over the measured upper half):
     neutral on the simulated machines, 0.98x and 0.94-1.00x in paired runs on the demo pair.
 
+Where a change of K costs a rebuild (llama.cpp's CUDA graphs: after a change of batch size
+the first call runs without a graph, the second captures one; on an H200 with an 8B target a
+K = 2 step took 14-15 ms in the two steps after a change and 7.2 ms after), steps taken more
+than SETTLE steps after a change are kept apart from the others, `reshape()` is what the
+others cost more, and a K seen only just after a change (a warm-up or a probe) is charged its
+cost less that share (`value`). The controller then probes further apart (`probe_every`) and
+stops no draft early (a shorter draft changes the verify's batch size). Where the extra is
+below RESHAPE_MIN (any CPU here) nothing changes.
+
 One `StepTimes` per engine, shared by its controllers (costs are the machine's,
 acceptance is the temperature's). Also holds the target's `VerifyTimes` (time per
 verified batch size), which prompt lookup's cost model reads.
@@ -46,6 +55,12 @@ CATCH_UP_N_MAX = 256  # scored catch-ups timed per size up to this many tokens f
 BEND = 1.0
 NUDGE = 0.05  # the most the fit moves a K's median: about the spread of a median of 5 shared-machine steps
 AGE_HALF = 100.0  # steps after which a K's median counts half in the fit: the machine's load moves
+# steps after a change of K that may pay for the runtime's rebuild at the new batch sizes
+# (llama.cpp's CUDA graphs: the first call runs without one, the second captures it)
+SETTLE = 2
+# an extra below this share of a settled step is a first call's noise, not a rebuild (the demo
+# pair on this CPU: -0.02, each K's ratio 0.89-1.05; an 8B target on an H200: about 0.8)
+RESHAPE_MIN = 0.3
 
 
 class StepTimes:
@@ -65,10 +80,18 @@ class StepTimes:
         self._curve: tuple[tuple, list[float], int] = ((), [], 0)  # (key, curve, frontier): curve()
         self._body: tuple[tuple, list[tuple[int, float, float]]] = ((), [])  # (key, smoothed draft K): _points()
         self._slope: tuple[int, float] = (-1, 0.0)  # (draft steps timed, draft_slope())
+        # per K, the steps timed at least SETTLE steps after a change of K, and the others
+        self.settled = [Recent() for _ in range(k_max + 1)]
+        self.fresh = [Recent() for _ in range(k_max + 1)]
+        self._last, self._run = -1, 0  # the last step's K and how many steps in a row had it
+        self._reshape = (-1, 0.0)  # (clock, reshape())
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
+        self._run = self._run + 1 if k == self._last else 1
+        self._last = k
         if k <= self.k_max:
+            (self.settled if self._run > SETTLE else self.fresh)[k].add(seconds)
             self._at[k] = self.clock
             self.by_k[k].add(seconds)
             if k:
@@ -114,7 +137,33 @@ class StepTimes:
 
     @property
     def plain(self) -> float:
-        return self.by_k[0].value
+        return self.value(0)
+
+    def reshape(self) -> float:
+        """What a step costs more (a share) in the SETTLE steps after a change of K than later:
+        the runtime rebuilding its work for the new batch sizes (llama.cpp's CUDA graphs). The
+        median over the K timed both ways; 0 where that is below RESHAPE_MIN or not known."""
+        if self._reshape[0] != self.clock:
+            ratios = [f.value / s.value for f, s in zip(self.fresh, self.settled) if f.n and s.n and s.value > 0]
+            extra = statistics.median(ratios) - 1.0 if ratios else 0.0
+            self._reshape = (self.clock, extra if extra >= RESHAPE_MIN else 0.0)
+        return self._reshape[1]
+
+    def probe_every(self, every: int, budget: float) -> int:
+        """Steps between probes of another K: `every`, or where a change of K costs a rebuild
+        (`reshape`), enough that the three steps a probe disturbs (its own and the two after it,
+        back at the best K) cost `budget` of the time."""
+        return max(every, math.ceil(3 * self.reshape() / budget))
+
+    def value(self, k: int) -> float:
+        """A step's cost at K: its recent median, or where changes of K cost a rebuild
+        (`reshape`), what the K costs once settled: its settled steps, else the others less
+        the rebuild (a probe or a warm-up step is always a changed K's first)."""
+        extra = self.reshape()
+        if not extra:
+            return self.by_k[k].value
+        settled = self.settled[k]
+        return settled.value if settled.n else self.by_k[k].value / (1.0 + extra)
 
     def draft_slope(self) -> float:
         """Seconds per extra draft token: the median of the slopes between every two measured
@@ -156,7 +205,8 @@ class StepTimes:
         """Estimated seconds of a step at each K = 0..reach + 1 (see the module docstring);
         computed again when a draft step was timed or the plain step's median or weight moved."""
         head = self.by_k[0]
-        key = (self._drafts, head.value if head.n else None, len(head.samples), self.clock - self._at[0])
+        plain = self.value(0) if head.n else None
+        key = (self._drafts, plain, len(head.samples), self.clock - self._at[0], self.reshape())
         if self._curve[0] != key:
             frontier = max((k for k, r in enumerate(self.by_k) if r.n), default=0)
             self._curve = (key, self._fit(min(self.k_max, self.reach(frontier) + 1)), frontier)
@@ -199,12 +249,12 @@ class StepTimes:
         if len(confirmed) >= 2:
             timed = confirmed
         head = self.by_k[0]
-        pts = [(0, head.value, _weight(head, self.clock - self._at[0]))] if timed and timed[0] == 0 else []
-        key = (self._drafts, len(confirmed) >= 2)
+        pts = [(0, self.value(0), _weight(head, self.clock - self._at[0]))] if timed and timed[0] == 0 else []
+        key = (self._drafts, len(confirmed) >= 2, self.reshape())
         if self._body[0] != key:
             body = [k for k in timed if k]
             last = max((self._at[k] for k in body), default=0)
-            fit = _smooth([(k, self.by_k[k].value, _weight(self.by_k[k], last - self._at[k])) for k in body])
+            fit = _smooth([(k, self.value(k), _weight(self.by_k[k], last - self._at[k])) for k in body])
             self._body = (key, fit)
         return pts + self._body[1]
 
