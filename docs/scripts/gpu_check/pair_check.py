@@ -102,7 +102,12 @@ def shares(eng: Engine) -> dict:
             vals.append(max(0.0, s.elapsed_s - (inside[0] - before)) / s.elapsed_s)
             speeds.append(s.tokens_per_s)
             k = s.k
-        out[name] = {"share": round(statistics.median(vals), 4), "shares": [round(v, 4) for v in vals], "tok_s": round(statistics.median(speeds), 1), "k_last": k}
+        out[name] = {
+            "share": round(statistics.median(vals), 4),
+            "shares": [round(v, 4) for v in vals],
+            "tok_s": round(statistics.median(speeds), 1),
+            "k_last": k,
+        }
     return out
 
 
@@ -112,13 +117,26 @@ def main() -> None:
     t0 = time.perf_counter()
     eng = Engine.load(target, draft, n_ctx=2048, n_gpu_layers=ngl, lookup=False)
     info = eng.info()
-    emit("load", {"s": round(time.perf_counter() - t0, 1), "gpu": str(info.gpu), "pair": info.pair.as_dict() if info.pair else None})
+    emit(
+        "load",
+        {
+            "s": round(time.perf_counter() - t0, 1),
+            "gpu": str(info.gpu),
+            "pair": info.pair.as_dict() if info.pair else None,
+        },
+    )
     plain = eng.generate(PROMPT, temperature=0, max_tokens=TOKENS, speculative=False)
     eng.reset()
     spec = eng.generate(PROMPT, temperature=0, max_tokens=TOKENS)
     emit("greedy", {"identical": plain.tokens == spec.tokens, "tokens": len(plain.tokens)})
     dec = eng._decoder
-    emit("pass_ms", {"target": pass_times(dec.target.model, len(dec.target.tokens)), "draft": pass_times(dec.draft.model, len(dec.draft.tokens))})
+    emit(
+        "pass_ms",
+        {
+            "target": pass_times(dec.target.model, len(dec.target.tokens)),
+            "draft": pass_times(dec.draft.model, len(dec.draft.tokens)),
+        },
+    )
     emit("shares_model_only", shares(eng))
     for temp in (0.8, 0.0):
         emit(f"sweep_T{temp}", sweep(eng, temp))

@@ -39,7 +39,15 @@ def _wrap(cls) -> None:
     def traced_observe(self, o):
         if steps and len(steps[-1]) == 3:
             ms = lambda s: round(s * 1000, 2)  # noqa: E731
-            steps[-1] += [o.k, o.n_accepted, ms(o.step_s), ms(o.draft_s), ms(o.verify_s), o.catch_up_n, ms(o.catch_up_s)]
+            steps[-1] += [
+                o.k,
+                o.n_accepted,
+                ms(o.step_s),
+                ms(o.draft_s),
+                ms(o.verify_s),
+                o.catch_up_n,
+                ms(o.catch_up_s),
+            ]
         return observe(self, o)
 
     cls.plan, cls.observe = traced_plan, traced_observe
@@ -71,8 +79,16 @@ def generation(eng: Engine, part: str, seed: int, **kw) -> None:
     steps.clear()
     eng.reset()
     s = eng.generate(PROMPT, max_tokens=TOKENS, seed=seed, **kw).stats
-    row = {"tok_s": round(s.tokens_per_s, 1), "k": s.k, "drafted": s.n_drafted, "accepted": s.n_accepted, "steps": s.steps}
-    row["trace"] = [list(x) for x in steps]  # plan k, est speedup, score?, k, accepted, step/draft/verify ms, fed n, fed ms
+    row = {
+        "tok_s": round(s.tokens_per_s, 1),
+        "k": s.k,
+        "drafted": s.n_drafted,
+        "accepted": s.n_accepted,
+        "steps": s.steps,
+    }
+    row["trace"] = [
+        list(x) for x in steps
+    ]  # plan k, est speedup, score?, k, accepted, step/draft/verify ms, fed n, fed ms
     emit(part, row)
 
 

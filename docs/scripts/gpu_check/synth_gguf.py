@@ -70,11 +70,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("template")
     ap.add_argument("out")
-    for name, default in (("vocab", 262144), ("embd", 4096), ("layers", 32), ("ff", 11008), ("heads", 32), ("kv-heads", 8), ("seed", 0)):
+    for name, default in (
+        ("vocab", 262144),
+        ("embd", 4096),
+        ("layers", 32),
+        ("ff", 11008),
+        ("heads", 32),
+        ("kv-heads", 8),
+        ("seed", 0),
+    ):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--gain", type=float, default=0.025)
     ap.add_argument("--logit-std", type=float, default=4.0)
-    ap.add_argument("--tokenizer-only", action="store_true", help="write the template's tokenizer alone (a template that travels)")
+    ap.add_argument(
+        "--tokenizer-only", action="store_true", help="write the template's tokenizer alone (a template that travels)"
+    )
     a = ap.parse_args()
     r = GGUFReader(a.template)
     n_tokens = len(r.fields["tokenizer.ggml.tokens"].contents())
