@@ -25,7 +25,18 @@ from collections.abc import Sequence
 import edgespec.core.decoder as decoder_mod
 from edgespec import Engine
 
-from .simulate import MACHINES, PROFILES, TEXTS, VOCAB, Machine, Profile, VirtualClock, pair, random_machine
+from .simulate import (
+    MACHINES,
+    PROFILES,
+    TEXTS,
+    VOCAB,
+    Machine,
+    Profile,
+    VirtualClock,
+    pair,
+    random_graphs_machine,
+    random_machine,
+)
 
 PROMPT = [1, *range(10, 26)]
 MAX_TEXTS = VOCAB - 1 - PROMPT[-1]  # each text's prompt ends in another token id of the vocabulary
@@ -85,13 +96,14 @@ def machines(names: str) -> list[Machine]:
     known = {m.name: m for m in MACHINES}
     out: list[Machine] = []
     for name in (x for x in names.split(",") if x):
-        first, _, last = name[4:].partition("-")
-        if name.startswith("seed") and first.isdigit() and (not last or last.isdigit()):
-            out.extend(random_machine(s) for s in range(int(first), int(last or first) + 1))  # seedA-B: a range
+        draw, rest = ("seed", random_machine) if name.startswith("seed") else ("graphs", random_graphs_machine)
+        first, _, last = name[len(draw) :].partition("-")
+        if name.startswith(draw) and first.isdigit() and (not last or last.isdigit()):
+            out.extend(rest(s) for s in range(int(first), int(last or first) + 1))  # seedA-B: a range
         elif name in known:
             out.append(known[name])
         else:
-            raise SystemExit(f"no simulated machine {name!r}; known: {', '.join(known)}, or seedN")
+            raise SystemExit(f"no simulated machine {name!r}; known: {', '.join(known)}, seedN or graphsN")
     return out
 
 

@@ -24,7 +24,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,6 +83,18 @@ def random_machine(seed: int) -> Machine:
     target = Curve(r.uniform(0.75, 1.5) * MS, knee, rise)
     draft = Curve(target.base * r.uniform(0.04, 0.2 if gpu else 0.5), knee, r.uniform(0.05, 0.2))
     return Machine(f"seed{seed}-{'gpu' if gpu else 'cpu'}", target, draft, target.base * r.uniform(0.0, 0.15))
+
+
+def random_graphs_machine(seed: int) -> Machine:
+    """A GPU-like machine from `random_machine` (the first GPU-like one from seed, seed + 100,
+    ...) whose models pay a drawn rebuild of 0.4-1.0 of a call after a change of batch size
+    (CUDA graphs; an H200 measured 0.8): the machines the controller's handling of rebuilds
+    is judged on (none was tuned on)."""
+    s, m = seed, random_machine(seed)
+    while not m.name.endswith("gpu"):
+        s += 100
+        m = random_machine(s)
+    return replace(m, name=f"graphs{seed}", reshape=random.Random(seed * 7919).uniform(0.4, 1.0))
 
 
 # acceptance profiles: the probability the draft agrees with the target at a position
