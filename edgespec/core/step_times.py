@@ -33,7 +33,7 @@ than SETTLE steps after a change are kept apart from the others, `reshape()` is 
 others cost more, and a K seen only just after a change (a warm-up or a probe) is charged its
 cost less that share (`value`). The controller then probes further apart (`probe_every`) and
 stops no draft early (a shorter draft changes the verify's batch size). Where the extra is
-below RESHAPE_MIN (any CPU here) nothing changes.
+below RESHAPE_MIN (the CPU here) nothing changes.
 
 One `StepTimes` per engine, shared by its controllers (costs are the machine's,
 acceptance is the temperature's). Also holds the target's `VerifyTimes` (time per
@@ -59,8 +59,10 @@ AGE_HALF = 100.0  # steps after which a K's median counts half in the fit: the m
 # (llama.cpp's CUDA graphs: the first call runs without one, the second captures it)
 SETTLE = 2
 # an extra below this share of a settled step is a first call's noise, not a rebuild (the demo
-# pair on this CPU: -0.02, each K's ratio 0.89-1.05; an 8B target on an H200: about 0.8)
-RESHAPE_MIN = 0.3
+# pair on this CPU: -0.02, each K's ratio 0.89-1.05). Low, since the whole step's extra is the
+# rebuild diluted by the draft's share of the step (an H200's 8B target: about 0.8 on plain
+# steps; a simulated draft a third of a step under a rebuild of 0.68: 1.26-1.33 by K)
+RESHAPE_MIN = 0.15
 
 
 class StepTimes:
