@@ -96,10 +96,10 @@ def machines(names: str) -> list[Machine]:
     known = {m.name: m for m in MACHINES}
     out: list[Machine] = []
     for name in (x for x in names.split(",") if x):
-        draw, rest = ("seed", random_machine) if name.startswith("seed") else ("graphs", random_graphs_machine)
-        first, _, last = name[len(draw) :].partition("-")
-        if name.startswith(draw) and first.isdigit() and (not last or last.isdigit()):
-            out.extend(rest(s) for s in range(int(first), int(last or first) + 1))  # seedA-B: a range
+        prefix, draw = ("seed", random_machine) if name.startswith("seed") else ("graphs", random_graphs_machine)
+        first, _, last = name[len(prefix) :].partition("-")
+        if name.startswith(prefix) and first.isdigit() and (not last or last.isdigit()):
+            out.extend(draw(s) for s in range(int(first), int(last or first) + 1))  # seedA-B: a range
         elif name in known:
             out.append(known[name])
         else:
