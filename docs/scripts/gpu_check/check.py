@@ -21,10 +21,10 @@ NGLS = [int(x) for x in os.environ.get("NGLS", "0,99").split(",")]
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 
 
-def pass_times(model, held: int) -> dict[int, float]:
+def pass_times(model, held: int, sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32)) -> dict[int, float]:
     """Median ms of one pass over n tokens after the `held` the cache holds, taken back each time."""
     out = {}
-    for n in (1, 2, 4, 8, 16, 24, 32):
+    for n in sizes:
         ts = []
         for _ in range(7):
             t0 = time.perf_counter()

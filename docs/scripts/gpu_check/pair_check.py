@@ -21,9 +21,12 @@ import time
 from edgespec import Engine  # first: llama.cpp's libraries load before numpy (edgespec/__init__.py)
 from edgespec.llama import backend
 
+from check import pass_times  # noqa: E402  (beside this file)
+
 REPS = int(os.environ.get("REPS", "3"))
 TOKENS = int(os.environ.get("TOKENS", "128"))
 KS = [int(k) for k in os.environ.get("KS", "1,2,3,4,6,8,12,16").split(",")]
+SIZES = (1, 2, 4, 8, 12, 16, 24, 32)  # batch sizes timed
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 SETTINGS = {  # as edgespec/frontends/bench/python_share.py
     "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
@@ -50,20 +53,6 @@ for _name in ("llama_decode", "llama_get_logits", "llama_memory_seq_rm"):
 
 def emit(part: str, row: dict) -> None:
     print(json.dumps({part: row}), flush=True)
-
-
-def pass_times(model, held: int) -> dict[int, float]:
-    """Median ms of one pass over n tokens after the `held` the cache holds, taken back each time."""
-    out = {}
-    for n in (1, 2, 4, 8, 12, 16, 24, 32):
-        ts = []
-        for _ in range(7):
-            t0 = time.perf_counter()
-            model.eval([100 + i for i in range(n)], held, 0)
-            ts.append(time.perf_counter() - t0)
-            model.trim(held)
-        out[n] = round(statistics.median(ts) * 1000, 3)
-    return out
 
 
 def run(eng: Engine, seed: int, **kw):
@@ -133,8 +122,8 @@ def main() -> None:
     emit(
         "pass_ms",
         {
-            "target": pass_times(dec.target.model, len(dec.target.tokens)),
-            "draft": pass_times(dec.draft.model, len(dec.draft.tokens)),
+            "target": pass_times(dec.target.model, len(dec.target.tokens), SIZES),
+            "draft": pass_times(dec.draft.model, len(dec.draft.tokens), SIZES),
         },
     )
     emit("shares_model_only", shares(eng))

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from truncate_gguf import finish  # beside this file
 
 BLOCK, BLOCK_BYTES = 32, 18
 _NIBBLE = np.where(np.arange(16) == 0, 8, np.arange(16))  # a random nibble, 0 read as 8 (weight 0)
@@ -93,10 +94,7 @@ def main() -> None:
     if a.tokenizer_only:
         w = GGUFWriter(a.out, "llama")
         copy_tokenizer(r, w, n_tokens)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        finish(w)
         return
     head = a.embd // a.heads
     kv = head * a.kv_heads
@@ -141,10 +139,7 @@ def main() -> None:
     for i in range(a.layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
         w.add_tensor(f"blk.{i}.ffn_norm.weight", ones)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 if __name__ == "__main__":

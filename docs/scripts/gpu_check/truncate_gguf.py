@@ -36,6 +36,11 @@ def main() -> None:
             w.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=GGMLQuantizationType.Q4_0)
             continue
         w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    finish(w)
+
+
+def finish(w: GGUFWriter) -> None:
+    """Write what `w` holds (header, metadata, tensors) and close it."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
