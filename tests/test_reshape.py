@@ -4,7 +4,7 @@ models it, the step costs the controller learns there (StepTimes.reshape), and t
 adaptive controller judged on it against every fixed K.
 
 Measured on an H200 with an 8B-shaped Q4_0 target and a 4-block draft cut from it
-(docs/bench-history.md, stop 40): a K = 2 step 7.2 ms settled, 14-15 ms in the two steps
+(docs/bench-history.md, stop 40): a K = 2 step 7.2 ms settled, 13-15 ms in the two steps
 after a change; the controller of before took those for K = 2's cost and decoded plainly,
 0.65-0.68x the best fixed K.
 """
@@ -114,7 +114,7 @@ def test_adaptive_against_every_fixed_k_where_a_change_of_batch_size_costs_a_reb
     virtual: VirtualClock, profile: str
 ) -> None:
     # before: 0.80x and 0.85x (the warm-up's fresh steps taken for settled costs, a probe every
-    # 8 steps paying two rebuilds, early stops changing the verify's size); now 0.96x and 0.97x
+    # 8 steps paying two rebuilds, early stops changing the verify's size); now about 0.97x both
     row = speeds(GRAPHS, PROFILES[profile], range(13), clock=virtual)
     assert summary(row)["vs_best"] >= 0.93, row
 
