@@ -57,6 +57,24 @@ def test_residual_is_normalised_positive_part_over_union_of_supports() -> None:
     assert dict(zip(r.ids.tolist(), np.round(r.probs, 12).tolist())) == {1: 0.5, 4: 0.5}
 
 
+def test_residual_matches_the_dense_definition_on_random_supports() -> None:
+    """Supports that overlap in part, ids in any order (a Dist lists them by logit), q's
+    largest id beyond p's and the other way round: the positive part of the dense p - q."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(2, 60))
+        p_ids, q_ids = (rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False) for _ in range(2))
+        p = Dist(p_ids.astype(np.int64), rng.dirichlet(np.ones(p_ids.size)))
+        q = Dist(q_ids.astype(np.int64), rng.dirichlet(np.ones(q_ids.size)))
+        want = np.maximum(p.dense(n) - q.dense(n), 0.0)
+        r = residual(p, q)
+        if want.sum() <= 1e-12:
+            assert r is p
+            continue
+        assert np.unique(r.ids).size == r.ids.size
+        np.testing.assert_allclose(r.dense(n), want / want.sum(), rtol=1e-12, atol=1e-15)
+
+
 def test_zero_draft_tokens_is_plain_sampling_from_p() -> None:
     assert verify([], [], [Dist.one_hot(7)], NoDraws()) == (0, 7)
 
