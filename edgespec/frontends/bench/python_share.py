@@ -4,9 +4,10 @@ A 7B-class target with a 0.5B draft on a consumer GPU (`GPU_PAIR`: a verify of u
 tokens costs one 20 ms step, a draft token 3 ms) at 49k / 152k / 262k vocabularies, with
 rows that have a long tail (simulate.SimModel), through the real engine and decoder with
 the adaptive controller and prompt lookup on (as by default; the simulated text seldom
-repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40, or off) and greedy. The share is the
-generation's time outside both models' evals over its whole time: sampling both models'
-rows, verification, the controller, bookkeeping. The fake models' own row filling counts
+repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
+0.05, or top-p alone) and greedy. The share is the generation's time outside both models'
+evals over its whole time: sampling both models' rows, verification, the controller,
+bookkeeping. The fake models' own row filling counts
 as theirs (it is inside the eval's cost, as a GPU's logits copy is).
 
 `python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
@@ -25,6 +26,8 @@ GPU_PAIR = Machine("gpu-7b-0.5b", Curve(20e-3, 8, 0.1), Curve(3e-3, 8, 0.05))
 SETTINGS = {
     "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
     "top_k=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.05},
+    # top-p alone: the long tail keeps thousands of tokens, and each rejection's residual spans them
+    "top_k=0 min_p=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0},
     "greedy": {"temperature": 0.0},
 }
 PROMPT = [1, *range(10, 26)]
