@@ -14,6 +14,7 @@ from the RNG.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -34,16 +35,28 @@ def residual(p: Dist, q: Dist) -> Dist:
     """norm(max(0, p - q)): positive only where p is, so over p's support, with q read at
     those ids through a dense row (a sorted union of both supports cost 11 ms a rejection
     at 152k when top-p alone keeps some 10k tokens each; this is O(|p| + |q|))."""
-    size = max(int(p.ids.max()), int(q.ids.max())) + 1
-    dense = np.zeros(size)
+    dense = _zeros(max(int(p.ids.max()), int(q.ids.max())) + 1)
     dense[q.ids] = q.probs
     diff = p.probs - dense[p.ids]
+    dense[q.ids] = 0.0  # all zeros again for the next rejection
     keep = diff > 0.0
     total = diff[keep].sum()
     if total <= 1e-12:
         # p == q up to rounding: the rejection had probability ~0; fall back to p.
         return p
     return Dist(p.ids[keep], diff[keep] / total)
+
+
+_ZEROS = threading.local()
+
+
+def _zeros(n: int) -> np.ndarray:
+    """This thread's row of n zeros, kept zero by its users: a fresh one per rejection faults
+    in a page per token it touches (38 against 15 us at 262k with 40 tokens each)."""
+    row = getattr(_ZEROS, "row", None)
+    if row is None or row.shape[0] < n:
+        row = _ZEROS.row = np.zeros(n)
+    return row[:n]
 
 
 def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: np.random.Generator) -> tuple[int, int]:
