@@ -262,3 +262,19 @@ def test_rows_of_different_lengths_reuse_one_scratch_array_without_leaking_into_
         want = reference_to_dist(row, params)
         assert got.ids.tolist() == want.ids.tolist()
         assert np.array_equal(got.probs, want.probs)
+
+
+@pytest.mark.parametrize("size", [65, 1025, 6000])
+def test_a_head_is_ordered_by_logit_then_id_by_either_sort(size: int, monkeypatch) -> None:
+    """Heads past _RADIX_FROM are ordered by two radix passes, shorter ones by one sort of
+    64-bit keys: both give descending logits, ties (many here, with -0.0 beside 0.0, and
+    negative and positive values) in ascending id order."""
+    rng = np.random.default_rng(size)
+    row = np.round(rng.normal(size=20000) * 3.0).astype(np.float32)  # a few dozen distinct values
+    row[rng.choice(20000, size=300, replace=False)] = -0.0
+    ids = np.sort(rng.choice(20000, size=size, replace=False))
+    want = ids[np.lexsort((ids, -row[ids].astype(np.float64)))]
+    got, vals = top_p_module._by_logit(row, ids)
+    assert got.tolist() == want.tolist() and vals.tolist() == row[want].astype(np.float64).tolist()
+    monkeypatch.setattr(top_p_module, "_RADIX_FROM", 10**9)  # the other path
+    assert top_p_module._by_logit(row, ids)[0].tolist() == want.tolist()

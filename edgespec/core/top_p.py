@@ -215,15 +215,27 @@ def _floor(value: float, dtype: np.dtype) -> np.ndarray:
     return np.asarray(np.nextafter(near, np.asarray(-np.inf, dtype))) if float(near) > value else near
 
 
+# From this many tokens two radix passes beat one sort of 64-bit keys (numpy has no SIMD sort
+# for them on AVX2): 0.09 against 0.18 ms at 5k tokens, 0.79 against 1.85 at 36k; even at 1k.
+_RADIX_FROM = 1024
+
+
 def _by_logit(logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ascending `ids` reordered by descending logit, ties by id (the full stable sort's order), and their logits."""
     if logits.dtype.itemsize <= 4 and ids.size > 64 and logits.shape[0] < 2**32:
-        # one unique 64-bit key per token, logit order then id: a plain (vectorised) sort is then
-        # stable, and many times faster than a stable argsort of the values
         bits = (logits[ids].astype(np.float32) + np.float32(0.0)).view(np.uint32)  # -0.0 ties with 0.0
         desc = np.where(bits >> 31, bits, np.uint32(0x7FFFFFFF) - bits)  # grows as the logit falls
-        keys = np.sort((desc.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64))
-        ids = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+        if ids.size > _RADIX_FROM:
+            # two stable passes on 16-bit halves of the key (numpy sorts those by radix, in
+            # linear time): ties keep the ascending ids' order
+            order = np.argsort((desc & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
+            order = order[np.argsort((desc[order] >> np.uint32(16)).astype(np.uint16), kind="stable")]
+            ids = ids[order]
+        else:
+            # one unique 64-bit key per token, logit order then id: a plain (vectorised) sort is
+            # then stable, and many times faster than a stable argsort of the values
+            keys = np.sort((desc.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64))
+            ids = (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
     else:
         ids = ids[np.argsort(-logits[ids].astype(np.float64), kind="stable")]
     return ids, logits[ids].astype(np.float64)
