@@ -77,6 +77,17 @@ def test_residual_matches_the_dense_definition_on_random_supports() -> None:
         np.testing.assert_allclose(r.dense(n), want / want.sum(), rtol=1e-12, atol=1e-15)
 
 
+def test_a_residual_that_fails_leaves_the_zero_row_clean() -> None:
+    """A malformed Dist (more ids than probabilities) raises; the reused row stays zero, so the
+    next rejection on this thread is still right."""
+    _zeros(16)  # the thread's row, long enough for every call below (a longer one would be new)
+    with pytest.raises(ValueError):
+        residual(Dist(np.array([0, 1, 2]), np.array([0.5, 0.5])), Dist(np.array([1, 2]), np.array([0.3, 0.7])))
+    assert not _zeros(4).any()
+    r = residual(dist({1: 0.6, 2: 0.4}), dist({1: 0.6, 3: 0.4}))
+    assert r.ids.tolist() == [2] and r.probs.tolist() == [1.0]
+
+
 def test_zero_draft_tokens_is_plain_sampling_from_p() -> None:
     assert verify([], [], [Dist.one_hot(7)], NoDraws()) == (0, 7)
 

@@ -35,10 +35,12 @@ def residual(p: Dist, q: Dist) -> Dist:
     """norm(max(0, p - q)): positive only where p is, so over p's support, with q read at
     those ids through a dense row (a sorted union of both supports cost 11 ms a rejection
     at 152k when top-p alone keeps some 10k tokens each; this is O(|p| + |q|))."""
-    dense = _zeros(max(int(p.ids.max()), int(q.ids.max())) + 1)
-    dense[q.ids] = q.probs
-    diff = p.probs - dense[p.ids]
-    dense[q.ids] = 0.0  # all zeros again for the next rejection
+    dense = _zeros(max(int(p.ids.max(initial=-1)), int(q.ids.max(initial=-1))) + 1)
+    try:
+        dense[q.ids] = q.probs
+        diff = p.probs - dense[p.ids]
+    finally:
+        dense[q.ids] = 0.0  # all zeros again for the next rejection, whatever happened
     keep = diff > 0.0
     total = diff[keep].sum()
     if total <= 1e-12:
