@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import edgespec.core.decoder as decoder_mod
-from edgespec.core.controller import PROBE_BUDGET, PROBE_EVERY, AdaptiveK, StepOutcome
+from edgespec.core.controller import PROBE_BUDGET, PROBE_EVERY, STAY, AdaptiveK, StepOutcome
 from edgespec.core.step_times import RESHAPE_MIN, SETTLE, StepTimes
 from edgespec.frontends.bench.sim_bench import machines, speeds, summary
 from edgespec.frontends.bench.simulate import (
@@ -107,6 +107,32 @@ def test_where_a_shorter_verify_costs_a_rebuild_the_draft_is_not_stopped_early()
     assert rebuild.times.reshape() > RESHAPE_MIN
     plans = [rebuild.plan() for _ in range(20)]
     assert any(p.k for p in plans) and all(p.stop_below == 0.0 for p in plans)
+
+
+def test_where_a_change_of_k_costs_a_rebuild_the_last_k_stays_for_a_small_gain(monkeypatch) -> None:
+    """A better K is taken when its gain repays the two rebuilt steps a change costs within
+    STAY steps; a smaller gain keeps the last model K (on the H200-like machine the estimated
+    speeds of K = 8-15 lay within 10% of each other and K hopped among them, each hop two
+    rebuilds). Plain decoding is never held off, and without rebuilds the best is taken at once."""
+    for extra in (0.8, 0.0):
+        ctrl = AdaptiveK()
+        feed(ctrl, extra)
+        r = ctrl.times.reshape()
+        assert (r > RESHAPE_MIN) == (extra > 0)
+        speeds = [1.0] * 40
+        monkeypatch.setattr(ctrl, "speeds", lambda s=speeds: s)
+        monkeypatch.setattr(ctrl.times, "reach", lambda: 8)
+        ctrl._last_k = 4
+        speeds[6] = 0.99 * (1 + 2 * r / STAY)  # (without rebuilds: 0.99, below K = 4's 1.0)
+        assert ctrl.best_k() == (4 if extra else 0)
+        speeds[6] = 1.01 * (1 + 2 * r / STAY)
+        assert ctrl.best_k() == 6
+        speeds[6], speeds[0] = 1.0, 1.05  # plain decoding wins: taken at once
+        assert ctrl.best_k() == 0
+        speeds[0], speeds[6] = 1.0, 1.001
+        assert ctrl.best_k() == (4 if extra else 6)
+        ctrl._last_k = 9  # a last K past reach is no candidate
+        assert ctrl.best_k() == 6
 
 
 @pytest.mark.parametrize("profile", ["steady-0.9", "steady-0.6"])

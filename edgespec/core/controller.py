@@ -1,9 +1,8 @@
 """Choosing K, the number of draft tokens per step.
 
 A controller has two methods: `plan(lag, proposal)` before a step, which returns a `Plan`
-(the K to draft, the in-step stop threshold, whether to measure the draft's confidence),
-and `observe(outcome)` after it (the shape of transformers' CandidateGenerator). `FixedK`
-always plans the same K; K = 0 is plain decoding through the same loop.
+(the K to draft, the in-step stop threshold, ...), and `observe(outcome)` after it (as in
+transformers' CandidateGenerator). `FixedK` plans one K; K = 0 is plain decoding.
 
 `AdaptiveK` maximises expected tokens per second from what it measures on
 this machine (DESIGN.md, "The K controller"):
@@ -13,37 +12,33 @@ this machine (DESIGN.md, "The K controller"):
     speed(K) = E(K) / (K * c_d + v(K+1) + o)          speed(0) = 1 / (v(1) + o)
 
 It assumes nothing about the machine. The denominator is T(K), the whole-step time
-measured per K (`StepTimes.curve`: the median per K, made non-decreasing, a line
-between measured K, and past the largest measured K the last measured stretch's rise,
-at least the draft's own per-token cost: optimistic where the curve was flat, so the
-controller steps up to half as far again to measure it, `StepTimes.reach`). Any shape
-is learnt that way: a CPU's line, a GPU's flat-then-rising verify, a
-fixed cost for switching models. The K range is what the machine allows, up to k_max
-(defaults.K_MAX = 32). One `StepTimes` per engine: a new temperature starts with the
-machine's costs known. alpha_i (`Acceptance`) follow the text: a long memory on steady
-text, and a change test that jumps to a turned text within a few steps.
+measured per K (`StepTimes.curve`: the median per K, made non-decreasing, a line between
+measured K, past the largest the last measured stretch's rise, at least the draft's own
+per-token cost: optimistic where the curve was flat, so the controller steps up to half
+as far again to measure it, `StepTimes.reach`). Any shape is learnt that way: a CPU's
+line, a GPU's flat-then-rising verify, a fixed cost for switching models, rebuilds after
+a change of K (`best_k` then keeps its K for small gains). K goes up to k_max (defaults.K_MAX
+= 32). One `StepTimes` per engine: a new temperature starts with the machine's costs known.
+alpha_i (`Acceptance`) follow the text: a long memory, and a change test that jumps to a
+turned text within a few steps.
 
-Exploration: every PROBE_EVERY steps (StepTimes.probe_every: fewer where a change of K costs a
-rebuild) it tries a neighbour of its best K, every fourth a plain step, so T(0) stays fresh.
-When K = 0 wins it decodes plainly and now and then plans a scored catch-up (`Plan.score`):
-the decoder feeds the draft the tokens it missed (of a long lag, a window: Decoder._catch_up)
-and scores each with the chance a draft of it would have been accepted
-(Acceptance.observe_scores). The next comes after enough plain steps that the last check's
-cost would be PROBE_BUDGET of their time (while a return has paid, `_paid`, its fixed part
-alone: README, "The K controller"), none where even drafts all accepted until max_tokens
-would not repay it (`begin`). Without scores (penalties or a grammar) it probes K = 1 or 2,
-spaced alike, and at once after a probe whose drafts were all accepted. A check a lookup step
-took the place of comes next; a new request checks at its first where a return has paid, else
-the draft does not read its prompt (`drafting`). Leaving plain needs a gain of LEAVE_PLAIN.
+Exploration: every PROBE_EVERY steps (fewer where a change of K costs a rebuild) it tries a
+neighbour of its best K, every fourth a plain step, so T(0) stays fresh. When K = 0 wins it
+decodes plainly and now and then plans a scored catch-up (`Plan.score`): the decoder feeds
+the draft the tokens it missed (Decoder._catch_up) and scores each with the chance a draft
+of it would have been accepted. The next comes when the last check's cost would be
+PROBE_BUDGET of the plain steps since (while a return has paid, `_paid`, its fixed part
+alone), none where drafts all accepted until max_tokens would not repay it (`begin`).
+Without scores (penalties or a grammar) it probes K = 1 or 2, spaced alike, and at once
+after a probe whose drafts were all accepted. Leaving plain needs a gain of LEAVE_PLAIN.
 
-Within a step, drafting stops after a token the draft is unsure of when that
-pays: acceptance is also kept per bucket of the draft's confidence in its token
-(SURE_EDGES), and `stop_threshold` finds the buckets where "this token and the
-next both accepted" is worth less than one more draft token costs (the curve's
-local step per K). The plan carries that threshold; the decoder stops drafting
-after a token whose confidence is below it. A pair's fixed `p_min` is a floor
-under the same threshold (one rule, one meaning of "sure": the draft's
-probability of the token it drafted, untempered at temperature 0). Pure: no model, no clock, no I/O.
+Within a step, drafting stops after a token the draft is unsure of when that pays:
+acceptance is also kept per bucket of the draft's confidence in its token (SURE_EDGES),
+and `stop_threshold` finds the buckets where "this token and the next both accepted" is
+worth less than one more draft token costs (the curve's local step per K). The decoder
+stops drafting after a token whose confidence is below the plan's threshold. A pair's
+fixed `p_min` is a floor under it (one meaning of "sure": the draft's probability of the
+token it drafted, untempered at temperature 0). Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -65,6 +60,7 @@ WARMUP_ACCEPTANCE = (4, 4)  # with the costs already known only acceptance is ne
 PROBE_EVERY = 8  # a neighbour of the best K every 8 steps: near the best, a probe costs little
 PROBE_BUDGET = 0.03  # while plain wins, what scored catch-ups or recovery probes aim to cost (share of time)
 LEAVE_PLAIN = 1.03  # predicted gain needed to leave plain decoding (the draft must catch up first)
+STAY = 32  # steps a new K is expected to hold: the acceptance it rests on has a memory of ~50 drafting steps
 ALWAYS = 1.01  # a threshold above every confidence: stop after each token
 
 
@@ -99,6 +95,7 @@ class AdaptiveK:
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
         self._credit, self._fed = 0.0, 0  # the last stretch's saving less the checks since; the last check's size
         self._left: int | None = None  # tokens the request may still produce (begin), None: not told
+        self._last_k = 0  # the K of the last model step (a change of it may cost rebuilds)
 
     @property
     def _paid(self) -> bool:
@@ -156,12 +153,14 @@ class AdaptiveK:
 
     def best_k(self) -> int:
         """The fastest K among those measured and up to `reach()` past the largest measured
-        (where the cost is extrapolated: stepping there is how the range grows)."""
+        (where the cost is extrapolated: stepping there is how the range grows). Where a change
+        of K costs rebuilds, the last model K stays unless the best repays two within STAY steps."""
         if not self.times.measured():
             return -1  # not measured yet
-        speeds = self.speeds()
-        top = self.times.reach()
-        return max(range(top + 1), key=speeds.__getitem__)
+        speeds, top, last, r = self.speeds(), self.times.reach(), self._last_k, self.times.reshape()
+        best = max(range(top + 1), key=speeds.__getitem__)
+        stay = r > 0 and best > 0 and 0 < last <= top and speeds[last] * (1 + 2 * r / STAY) >= speeds[best]
+        return last if stay else best
 
     def estimated_speedup(self, best: int | None = None) -> float | None:
         best = self.best_k() if best is None else best
@@ -398,3 +397,4 @@ class AdaptiveK:
                 self._recover_at = max(self._recover_at, self.steps + self._score_gap())
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
             self.times.add(o.k, o.step_s, o.draft_s)
+            self._last_k = o.k or self._last_k
