@@ -7,8 +7,8 @@ the adaptive controller and prompt lookup on (as by default; the simulated text 
 repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
 0.05, or top-p alone) and greedy. The share is the generation's time outside both models'
 evals over its whole time: sampling both models' rows, verification, the controller,
-bookkeeping. The fake models' own row filling counts
-as theirs (it is inside the eval's cost, as a GPU's logits copy is).
+bookkeeping. The fake models' own row filling counts as theirs (it is inside the eval's
+cost, as a GPU's logits copy is).
 
 `python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
 """
