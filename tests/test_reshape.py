@@ -111,7 +111,7 @@ def test_where_a_shorter_verify_costs_a_rebuild_the_draft_is_not_stopped_early()
 
 def test_where_a_change_of_k_costs_a_rebuild_the_last_k_stays_for_a_small_gain(monkeypatch) -> None:
     """A better K is taken when its gain repays the two rebuilt steps a change costs within
-    STAY steps; a smaller gain keeps the last model K (on the H200-like machine the estimated
+    STAY steps; a smaller gain keeps the last step's K (on the H200-like machine the estimated
     speeds of K = 8-15 lay within 10% of each other and K hopped among them, each hop two
     rebuilds). Plain decoding is never held off, and without rebuilds the best is taken at once."""
     for extra in (0.8, 0.0):
@@ -122,7 +122,7 @@ def test_where_a_change_of_k_costs_a_rebuild_the_last_k_stays_for_a_small_gain(m
         speeds = [1.0] * 40
         monkeypatch.setattr(ctrl, "speeds", lambda s=speeds: s)
         monkeypatch.setattr(ctrl.times, "reach", lambda: 8)
-        ctrl._last_k = 4
+        ctrl.times.last_k = 4
         speeds[6] = 0.99 * (1 + 2 * r / STAY)  # (without rebuilds: 0.99, below K = 4's 1.0)
         assert ctrl.best_k() == (4 if extra else 0)
         speeds[6] = 1.01 * (1 + 2 * r / STAY)
@@ -131,7 +131,9 @@ def test_where_a_change_of_k_costs_a_rebuild_the_last_k_stays_for_a_small_gain(m
         assert ctrl.best_k() == 0
         speeds[0], speeds[6] = 1.0, 1.001
         assert ctrl.best_k() == (4 if extra else 6)
-        ctrl._last_k = 9  # a last K past reach is no candidate
+        ctrl.times.last_k = 9  # a last K past reach is no candidate
+        assert ctrl.best_k() == 6
+        ctrl.times.last_k = 0  # after a plain step every K is a change: the best is taken
         assert ctrl.best_k() == 6
 
 

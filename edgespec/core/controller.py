@@ -95,7 +95,6 @@ class AdaptiveK:
         self._stretch = (0, 0.0)  # tokens and seconds of model steps since plain decoding was left
         self._credit, self._fed = 0.0, 0  # the last stretch's saving less the checks since; the last check's size
         self._left: int | None = None  # tokens the request may still produce (begin), None: not told
-        self._last_k = 0  # the K of the last model step (a change of it may cost rebuilds)
 
     @property
     def _paid(self) -> bool:
@@ -154,10 +153,10 @@ class AdaptiveK:
     def best_k(self) -> int:
         """The fastest K among those measured and up to `reach()` past the largest measured
         (where the cost is extrapolated: stepping there is how the range grows). Where a change
-        of K costs rebuilds, the last model K stays unless the best repays two within STAY steps."""
+        of K costs rebuilds, the last step's K stays unless the best repays two within STAY steps."""
         if not self.times.measured():
             return -1  # not measured yet
-        speeds, top, last, r = self.speeds(), self.times.reach(), self._last_k, self.times.reshape()
+        speeds, top, last, r = self.speeds(), self.times.reach(), self.times.last_k, self.times.reshape()
         best = max(range(top + 1), key=speeds.__getitem__)
         stay = r > 0 and best > 0 and 0 < last <= top and speeds[last] * (1 + 2 * r / STAY) >= speeds[best]
         return last if stay else best
@@ -397,4 +396,3 @@ class AdaptiveK:
                 self._recover_at = max(self._recover_at, self.steps + self._score_gap())
         if not o.extended:  # a step lookup finished is no K's cost (its target pass is in `verify`)
             self.times.add(o.k, o.step_s, o.draft_s)
-            self._last_k = o.k or self._last_k

@@ -85,13 +85,13 @@ class StepTimes:
         # per K, the steps timed at least SETTLE steps after a change of K, and the others
         self.settled = [Recent() for _ in range(k_max + 1)]
         self.fresh = [Recent() for _ in range(k_max + 1)]
-        self._last, self._run = -1, 0  # the last step's K and how many steps in a row had it
+        self.last_k, self._run = -1, 0  # the last step's K and how many steps in a row had it
         self._reshape = (-1, 0.0)  # (clock, reshape())
 
     def add(self, k: int, seconds: float, draft_s: float = 0.0) -> None:
         self.clock += 1
-        self._run = self._run + 1 if k == self._last else 1
-        self._last = k
+        self._run = self._run + 1 if k == self.last_k else 1
+        self.last_k = k
         if k <= self.k_max:
             (self.settled if self._run > SETTLE else self.fresh)[k].add(seconds)
             self._at[k] = self.clock
