@@ -64,6 +64,7 @@ class Engine:
         p_min: float = 0.0,
         quant_report: QuantReport | None = None,
         lookup: bool = True,
+        heads: bool = True,
     ) -> None:
         self.target = target
         self.draft = draft
@@ -76,7 +77,7 @@ class Engine:
         self._quant = quant_report
         self._live: LiveVerdict | None = None  # the live verdict on the quantization asymmetry
         self._drafted = self._accepted = 0
-        self._decoder = Decoder(target, draft, lookup=lookup)
+        self._decoder = Decoder(target, draft, lookup=lookup, heads=heads)
         self.n_ctx = self._decoder.n_ctx
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()

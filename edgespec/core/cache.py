@@ -5,9 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-import numpy as np
-
 from .model import Model
+from .sampling import Rows
 
 PREFILL_CHUNK = 512
 
@@ -51,7 +50,7 @@ class Cache:
             n += len(chunk)
         return n - start
 
-    def extend(self, tokens: Sequence[int], logits_from: int) -> np.ndarray:
+    def extend(self, tokens: Sequence[int], logits_from: int) -> Rows:
         rows = self.model.eval(tokens, len(self.tokens), logits_from)
         self.tokens.extend(tokens)
         return rows

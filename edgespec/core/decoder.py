@@ -43,7 +43,7 @@ from .model import Model
 from .penalties import History
 from .recent import Recent
 from .request import Request, Step
-from .sampling import Dist, SamplingParams, confidence, prob_of, to_dist
+from .sampling import Dist, Row, SamplingParams, confidence, head_k, prob_of, to_dist, whole
 from .step_stats import account, snapshot
 from .target_rows import TargetRows
 from .verify import verify
@@ -78,8 +78,9 @@ class Drafted(NamedTuple):
 class Decoder:
     """Owns the two caches; one `run` at a time (the engine holds the lock)."""
 
-    def __init__(self, target: Model, draft: Model | None = None, *, lookup: bool = False) -> None:
+    def __init__(self, target: Model, draft: Model | None = None, *, lookup: bool = False, heads: bool = True) -> None:
         self.target = Cache(target)
+        self.heads = heads  # rows as the models' top-k (set_head) where a request's sampling allows
         self.draft = Cache(draft) if draft is not None else None
         # prompt lookup's index over committed tokens, kept across requests like the caches
         self.index = LookupIndex() if lookup else None
@@ -104,6 +105,7 @@ class Decoder:
         self.committed = list(prompt)
         self._px.clear()
         self._all_accepted = False
+        self._set_heads(req)
         t0 = time.perf_counter()
         try:
             stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
@@ -122,6 +124,16 @@ class Decoder:
             yield from self._loop(req, draft, index, stats, hist)
         finally:
             self._restore()
+
+    def _set_heads(self, req: Request) -> None:
+        """Ask the models for rows as their top-k where the request's sampling starts with it
+        and nothing needs whole rows (a grammar, logprobs); else for whole rows."""
+        ok = self.heads and req.grammar is None and req.logprobs is None
+        k = head_k(req.params, self.n_vocab) if ok else 0
+        for cache in (self.target, self.draft):
+            set_head = getattr(cache.model, "set_head", None) if cache is not None else None
+            if set_head is not None:
+                set_head(k)
 
     def _loop(
         self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: Constraints | None
@@ -190,7 +202,7 @@ class Decoder:
             lps = (
                 None
                 if req.logprobs is None
-                else tuple(token_logprob(rows[j], t, req.logprobs) for j, t in enumerate(emit))
+                else tuple(token_logprob(whole(rows[j]), t, req.logprobs) for j, t in enumerate(emit))
             )
             n_before = len(committed)
             if hist is not None:
@@ -272,7 +284,7 @@ class Decoder:
         self._px.clear()  # every token so far was scored or is past scoring: the next check scores newer ones
         return tuple(scores), time.perf_counter() - t0, n - 1 - start
 
-    def _score(self, row: np.ndarray, x: int, px: float, params: SamplingParams) -> float:
+    def _score(self, row: Row, x: int, px: float, params: SamplingParams) -> float:
         """min(1, q(x) / p(x)): the chance a draft of the committed x would have been accepted."""
         return min(1.0, prob_of(row[: self.n_vocab], x, params) / px)
 
@@ -319,7 +331,7 @@ class Decoder:
         try:
             for i in range(k):
                 if hist is not None:
-                    row = hist.apply(row)
+                    row = hist.apply(whole(row))
                 q = to_dist(row, params)
                 x = q.sample(rng)
                 drafts.append(x)

@@ -10,7 +10,10 @@ fakes. `Engine(target, draft)` accepts any objects that follow them.
 The KV contract: a model's cache is append-only. `eval(tokens, pos)` must start
 exactly where the cache ends (`pos` == tokens held) and returns one logits row
 per token from `logits_from` on (none when it is None); the rows may be a view
-that the next `eval` overwrites, so read them before evaluating again.
+that the next `eval` overwrites, so read them before evaluating again. A model may also
+offer `set_head(k) -> bool`: from then on return each row as its k largest logits (a
+`sampling.Heads`; the engine asks where a request's sampling starts with top-k), so on a
+GPU only those leave the device.
 `trim(n)` keeps the first n tokens and must fail loudly (raise) when the cache
 cannot be cut.
 """
@@ -20,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
+from .sampling import Rows
 
 
 class Model(Protocol):
     n_vocab: int
     n_ctx: int
 
-    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray: ...
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> Rows: ...
 
     def trim(self, n_keep: int) -> None: ...
 

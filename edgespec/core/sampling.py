@@ -88,8 +88,81 @@ class Dist:
         return out
 
 
-def to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
-    """Turn one logits row (any float dtype, length n_vocab) into a Dist."""
+class Head:
+    """A row's `k` largest logits as the model's backend found them (llama.cpp's backend
+    top-k: on a GPU only these leave the device): `vals[j]` is the logit of `ids[j]`, exact,
+    in no particular order. Holds all to_dist needs at top_k <= k with nothing before top-k
+    (no penalties, bias or grammar: Engine asks for heads only then). `head[:n]` keeps the ids
+    below n (a draft vocabulary a little larger than the target's, as a row is cut)."""
+
+    __slots__ = ("ids", "vals")
+
+    def __init__(self, ids: np.ndarray, vals: np.ndarray) -> None:
+        self.ids, self.vals = ids, vals
+
+    def __getitem__(self, cut: slice) -> Head:
+        if cut.start is not None or cut.step is not None or cut.stop is None:
+            raise TypeError("a Head only takes [:n]")
+        keep = self.ids < cut.stop
+        return self if keep.all() else Head(self.ids[keep], self.vals[keep])
+
+
+class Heads:
+    """The Heads of one eval's rows: `ids[i]`, `vals[i]` (arrays of n rows by k) row i's."""
+
+    __slots__ = ("ids", "vals")
+
+    def __init__(self, ids: np.ndarray, vals: np.ndarray) -> None:
+        self.ids, self.vals = ids, vals
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> Head:
+        return Head(self.ids[i], self.vals[i])
+
+
+HEAD_MAX = 256  # the largest top_k served from heads (llama.cpp's backend top-k grows with k)
+
+
+def head_k(params: SamplingParams, n_vocab: int) -> int:
+    """The k of the Heads that serve `params` (0: whole rows are needed): sampling that starts
+    with top-k (no penalties or bias before it; a grammar or logprobs also need whole rows)."""
+    k = params.top_k
+    return k if not params.greedy and 0 < k <= HEAD_MAX and k < n_vocab and not params.penalties.active else 0
+
+
+Rows = np.ndarray | Heads  # what a model's eval returns: whole rows, or their heads (set_head)
+Row = np.ndarray | Head
+
+
+def whole(row: Row) -> np.ndarray:
+    """The row itself, for what needs every logit (penalties, a grammar, logprobs, greedy)."""
+    if isinstance(row, Head):
+        raise ValueError("internal: a whole logits row was needed but the model returned its head")
+    return row
+
+
+def head_dist(head: Head, params: SamplingParams) -> Dist:
+    """to_dist of the row `head` came from: its tokens by logit, ties by id (the full row's
+    order on every row without a tie at the cut), then top-p, min-p and temperature."""
+    vals = head.vals.astype(np.float64)
+    if params.greedy:
+        top = vals.max()
+        return Dist.one_hot(int(head.ids[vals == top].min()))
+    order = np.lexsort((head.ids, -vals))[: params.top_k if params.top_k > 0 else None]
+    if params.top_k <= 0 or order.size < min(params.top_k, head.ids.size):
+        raise ValueError("a Head holds the top-k of a row: it serves top_k > 0 only")
+    ids, vals = head.ids[order], vals[order]
+    keep = _keep(vals, params)
+    scaled = np.exp((vals[:keep] - vals[0]) / params.temperature)
+    return Dist(ids[:keep].astype(np.int64), scaled / scaled.sum())
+
+
+def to_dist(logits: np.ndarray | Head, params: SamplingParams) -> Dist:
+    """Turn one logits row (any float dtype, length n_vocab; or a Head) into a Dist."""
+    if isinstance(logits, Head):
+        return head_dist(logits, params)
     if params.greedy:
         return Dist.one_hot(int(np.argmax(logits)))
     n = logits.shape[0]
@@ -104,9 +177,11 @@ def to_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids.astype(np.int64), scaled / scaled.sum())
 
 
-def prob_of(logits: np.ndarray, token: int, params: SamplingParams) -> float:
+def prob_of(logits: np.ndarray | Head, token: int, params: SamplingParams) -> float:
     """to_dist(logits, params).prob(token), without listing every token where nothing is cut
     (top_k, top_p and min_p all off: a softmax at the token)."""
+    if isinstance(logits, Head):
+        return to_dist(logits, params).prob(token)
     if params.greedy:
         return float(int(np.argmax(logits)) == token)
     n = logits.shape[0]
@@ -190,13 +265,14 @@ _SURE_DEPTH = 8.0
 _SURE_STRIDE = 16
 
 
-def confidence(logits: np.ndarray, dist: Dist, params: SamplingParams) -> float:
+def confidence(row: Row, dist: Dist, params: SamplingParams) -> float:
     """How sure the model is of its best token: the top probability of `dist`, or at
     temperature 0 (where `dist` is one-hot) of the untempered softmax of the row. The second
     is a hint for the draft's stop rule and never part of a distribution, so on long rows it
     is estimated: the head exactly, the thin tail from a stride of it."""
     if not params.greedy:
         return float(dist.probs.max())
+    logits = whole(row)
     top = float(logits[int(dist.ids[0])])  # the argmax
     if logits.shape[0] < 256 * _SURE_STRIDE or not math.isfinite(top):
         return 1.0 / float(np.exp(logits - float(logits.max())).sum())

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from .constraints import Constraints
-from .sampling import Dist, SamplingParams, to_dist
+from .sampling import Dist, Row, Rows, SamplingParams, to_dist, whole
 
 
-def dist(row: np.ndarray, params: SamplingParams, hist: Constraints | None) -> Dist:
+def dist(row: Row, params: SamplingParams, hist: Constraints | None) -> Dist:
     """The sampling transform of one row, penalties (with `hist` as it stands) included."""
-    return to_dist(row if hist is None else hist.apply(row), params)
+    return to_dist(row if hist is None else hist.apply(whole(row)), params)
 
 
 class TargetRows:
@@ -22,7 +20,7 @@ class TargetRows:
     q_i was made with: `hist` starts at the committed tokens and follows the drafts."""
 
     def __init__(
-        self, rows: np.ndarray, params: SamplingParams, hist: Constraints | None = None, drafts: Sequence[int] = ()
+        self, rows: Rows, params: SamplingParams, hist: Constraints | None = None, drafts: Sequence[int] = ()
     ) -> None:
         self._rows, self._params = rows, params
         self._hist, self._drafts = hist, drafts
@@ -30,7 +28,7 @@ class TargetRows:
         self._done: dict[int, Dist] = {}
 
     def __len__(self) -> int:
-        return self._rows.shape[0]
+        return len(self._rows)
 
     def __getitem__(self, i: int) -> Dist:
         if i not in self._done:

@@ -2,13 +2,13 @@
 
 `LlamaModel` is thin. It owns the model, context and batch and frees them in
 reverse order, turns every failing return code into a `BackendError`, and
-exposes just what the decoder needs (the `Model` protocol in decoder.py):
+exposes just what the decoder needs (the `Model` protocol in core/model.py):
 eval a run of tokens at a position with logits on chosen rows, trim the cache,
 tokenize, turn a token into bytes, end-of-generation facts.
 
-Logits come back as a numpy *view* of llama.cpp's own buffer, shape
-(n_rows, n_vocab): no copy. It is valid only until the next eval on the same
-context; callers read what they need before that.
+Logits come back as a numpy *view* of llama.cpp's own buffer, shape (n_rows,
+n_vocab), or after `set_head(k)` their top-k (`Heads`): no copy. It is valid only
+until the next eval on the same context; callers read what they need before that.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import ctypes
 import functools
 import itertools
 import logging
-import os
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,20 @@ import llama_cpp
 import numpy as np
 
 from ..core.errors import BackendError, ModelFileError
+from ..core.sampling import Rows
+from .config import default_threads
 from .ggml_types import QUANTIZE_FTYPES
+from .native_abi import (
+    ADD_SERVER,
+    DEV_CPU,
+    DEV_GPU,
+    DEV_IGPU,
+    GGML_PROTOTYPES,
+    RPC_REBUILD,
+    START_SERVER,
+    Feature,
+    read_heads,
+)
 
 log = logging.getLogger("edgespec.llama")
 _init_lock = threading.Lock()
@@ -79,15 +92,6 @@ def gpu_fallback_warning(n_gpu_layers: int) -> str | None:
     )
 
 
-def default_threads() -> int:
-    try:
-        import psutil
-
-        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
-    except ImportError:  # psutil is a dependency; this only guards odd installs
-        return max(1, os.cpu_count() or 1)
-
-
 class LlamaModel:
     """One model with one context (one sequence)."""
 
@@ -100,9 +104,12 @@ class LlamaModel:
         threads: int | None = None,
         n_batch: int = 512,
         devices: Sequence[int] | None = None,
+        heads: bool | None = None,
     ) -> None:
         """`devices`: the ggml devices (from `rpc_devices`, `local_gpu_devices`) the layers may
-        go to; None: every device llama.cpp knows."""
+        go to; None: every device llama.cpp knows. `heads`: whether `set_head` may ask the
+        backend for rows' top-k; None: where layers run on a GPU (on the CPU llama.cpp's top-k
+        costs what numpy's transform of the whole row does: no gain, measured on the demo pair)."""
         _init()
         self.path = str(path)
         self._model = self._ctx = self._batch = None
@@ -129,6 +136,7 @@ class LlamaModel:
         cparams.n_seq_max = 1
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
+        cparams.n_outputs_max_per_seq = 0  # set_head: a backend top-k on every row of a batch (0: n_batch)
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -136,6 +144,7 @@ class LlamaModel:
                 f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}; try a smaller --n-ctx"
             )
         self.threads = threads
+        self.heads = bool(self.n_gpu_layers) if heads is None else heads
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         # llama.cpp may round n_ctx up and clamp n_batch to it: use what it settled on
         self.n_batch = min(n_batch, int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
@@ -148,6 +157,7 @@ class LlamaModel:
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
         self._grammar_tokenizer: Any = None
+        self._head_k, self._chain = 0, None  # set_head: rows as heads of k, by this sampler chain
 
     # -- lifetimes -------------------------------------------------------------
     def close(self) -> None:
@@ -158,6 +168,9 @@ class LlamaModel:
         if self._ctx:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+        if self._chain is not None:  # after the context that used it
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
         if self._model:
             llama_cpp.llama_model_free(self._model)
             self._model = None
@@ -169,29 +182,45 @@ class LlamaModel:
             pass
 
     # -- evaluation ------------------------------------------------------------
-    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
-        """Decode `tokens` at positions pos.. and return logits rows.
-
-        Rows are returned for tokens[logits_from:] (None: no logits, an empty
-        array). Longer runs are split into n_batch chunks; only the last chunk
-        may carry logits, so `len(tokens) - logits_from` must be <= n_batch.
-        """
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> Rows:
+        """Decode `tokens` at positions pos.. and return logits rows for tokens[logits_from:]
+        (None: none, an empty array). Longer runs are split into n_batch chunks; only the last
+        may carry logits, so `len(tokens) - logits_from` must be <= n_batch."""
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         if pos + n > self.n_ctx:
             raise BackendError(f"internal: eval past the context ({pos + n} > {self.n_ctx})")
-        start = n_out = 0
+        start = n_out = last = 0
         while start < n:
             end = min(n, start + self.n_batch)
             n_out = self._decode(tokens, start, end, pos, logits_from)
-            start = end
+            start, last = end, end - start
         if logits_from is None:
             return np.empty((0, self.n_vocab), dtype=np.float32)
+        if self._head_k:  # the rows of the last chunk's last n_out tokens, as set_head asked
+            return read_heads(llama_cpp, self._ctx, last - n_out, n_out, self.n_vocab, self._head_k)
         ptr = llama_cpp.llama_get_logits(self._ctx)
         if not ptr:
             raise BackendError("llama.cpp returned no logits")
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def set_head(self, k: int) -> bool:
+        """Return rows as their k largest logits (`Heads`, by llama.cpp's backend top-k, inside
+        the eval) from now on; 0: whole rows. Whether rows come as asked (not where `heads` is off
+        or the backend cannot: then whole)."""
+        want = max(0, min(k, self.n_vocab)) if self.heads else 0
+        if want != self._head_k:
+            chain = None
+            if want > 0:
+                chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(want))
+            # on failure llama.cpp drops the sequence's sampler: whole rows, as with None
+            ok = bool(llama_cpp.llama_set_sampler(self._ctx, 0, chain))
+            old, self._chain, self._head_k = self._chain, (chain if ok else None), (want if ok else 0)
+            for c in (c for c in (old, None if ok else chain) if c is not None):
+                llama_cpp.llama_sampler_free(c)
+        return self._head_k == max(0, k)
 
     def _decode(self, tokens: Sequence[int], start: int, end: int, pos: int, logits_from: int | None) -> int:
         b = self._batch
@@ -253,8 +282,6 @@ class LlamaModel:
         """llguidance's tokenizer over this model's vocabulary (for structured output), built
         once on first use (about half a second for a 49k vocabulary)."""
         if self._grammar_tokenizer is None:
-            import warnings
-
             import llguidance.llamacpp
 
             with warnings.catch_warnings():  # it asks llama_token_get_attr, deprecated, once per token
@@ -276,17 +303,8 @@ def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None =
 
 
 # -- ggml's backend registry: the CPU's features, llama.cpp's rpc-server and its devices --
-_DEV_CPU, _DEV_GPU, _DEV_IGPU = 0, 1, 2
-_ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
-_START_SERVER = ctypes.CFUNCTYPE(
-    None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
-)
 _rpc_lock = threading.Lock()
 _rpc_registered: dict[str, list[int]] = {}
-RPC_REBUILD = (
-    "this llama-cpp-python build has no RPC backend; `make setup` builds it with -DGGML_RPC=ON, or: "
-    "CMAKE_ARGS='-DGGML_RPC=ON' pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36"
-)
 
 
 def _ggml() -> Any:
@@ -294,27 +312,11 @@ def _ggml() -> Any:
     from llama_cpp._ggml import libggml
 
     if not getattr(libggml, "_edgespec_typed", False):
-        vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
-        for name, res, args in (
-            ("ggml_backend_reg_by_name", vp, [cp]),
-            ("ggml_backend_reg_get_proc_address", vp, [vp, cp]),
-            ("ggml_backend_register", None, [vp]),
-            ("ggml_backend_reg_dev_count", sz, [vp]),
-            ("ggml_backend_reg_dev_get", vp, [vp, sz]),
-            ("ggml_backend_dev_count", sz, []),
-            ("ggml_backend_dev_get", vp, [sz]),
-            ("ggml_backend_dev_type", ctypes.c_int, [vp]),
-            ("ggml_backend_dev_name", cp, [vp]),
-            ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
-        ):
+        for name, res, args in GGML_PROTOTYPES:
             fn = getattr(libggml, name)
             fn.restype, fn.argtypes = res, args
         libggml._edgespec_typed = True
     return libggml
-
-
-class _Feature(ctypes.Structure):  # ggml_backend_feature; a NULL name ends the list
-    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_char_p)]
 
 
 @functools.cache
@@ -324,7 +326,7 @@ def cpu_features() -> dict[str, str]:
     lib = _ggml()
     reg = lib.ggml_backend_reg_by_name(b"CPU")
     addr = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features") if reg else None
-    get = ctypes.CFUNCTYPE(ctypes.POINTER(_Feature), ctypes.c_void_p)(addr) if addr else None
+    get = ctypes.CFUNCTYPE(ctypes.POINTER(Feature), ctypes.c_void_p)(addr) if addr else None
     listed = itertools.takewhile(lambda f: f.name, get(reg)) if get else ()
     return {f.name.decode(): (f.value or b"").decode() for f in listed}
 
@@ -344,7 +346,7 @@ def rpc_devices(endpoint: str) -> list[int]:
     per process (what llama.cpp's own --rpc does). Check the endpoint is reachable first."""
     with _rpc_lock:
         if endpoint not in _rpc_registered:
-            reg = _ADD_SERVER(_rpc_proc("ggml_backend_rpc_add_server"))(endpoint.encode())
+            reg = ADD_SERVER(_rpc_proc("ggml_backend_rpc_add_server"))(endpoint.encode())
             if not reg:
                 raise BackendError(f"the RPC server at {endpoint} offered no device (is it an rpc-server?)")
             lib = _ggml()
@@ -369,17 +371,17 @@ def local_devices(*types: int) -> list[int]:
     lib = _ggml()
     remote = {d for devs in _rpc_registered.values() for d in devs}
     devs = (int(lib.ggml_backend_dev_get(i)) for i in range(lib.ggml_backend_dev_count()))
-    return [d for d in devs if d not in remote and lib.ggml_backend_dev_type(d) in (types or (_DEV_GPU, _DEV_IGPU))]
+    return [d for d in devs if d not in remote and lib.ggml_backend_dev_type(d) in (types or (DEV_GPU, DEV_IGPU))]
 
 
 def rpc_served_devices() -> list[int]:
     """What an rpc-server here serves, as llama.cpp's tool chooses: the GPUs, else the CPU."""
-    return local_devices() or local_devices(_DEV_CPU)[:1]
+    return local_devices() or local_devices(DEV_CPU)[:1]
 
 
 def rpc_server_function() -> Any:
     """llama.cpp's RPC server entry (a BackendError on a build without RPC)."""
-    return _START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
+    return START_SERVER(_rpc_proc("ggml_backend_rpc_start_server"))
 
 
 def serve_rpc(endpoint: str, threads: int, cache_dir: str | None = None) -> None:

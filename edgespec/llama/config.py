@@ -209,3 +209,13 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
         n_ctx,
         lookup,
     )
+
+
+def default_threads() -> int:
+    """llama.cpp's threads unless told: the physical cores, as llama.cpp's own tools count them."""
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    except ImportError:  # psutil is a dependency; this only guards odd installs
+        return max(1, os.cpu_count() or 1)

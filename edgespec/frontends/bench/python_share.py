@@ -5,7 +5,9 @@ tokens costs one 20 ms step, a draft token 3 ms) at 49k / 152k / 262k vocabulari
 rows that have a long tail (simulate.SimModel), through the real engine and decoder with
 the adaptive controller and prompt lookup on (as by default; the simulated text seldom
 repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
-0.05, or top-p alone) and greedy. The share is the generation's time outside both models'
+0.05, or top-p alone) and greedy. At top_k 40 the rows come as their top 40 (`Heads`), as
+llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`); the fake
+models find them inside the eval's time. The share is the generation's time outside both models'
 evals over its whole time: sampling both models' rows, verification, the controller,
 bookkeeping. The fake models' own row filling counts as theirs (it is inside the eval's
 cost, as a GPU's logits copy is).
@@ -25,11 +27,14 @@ from .simulate import Curve, Machine, pair, steady
 GPU_PAIR = Machine("gpu-7b-0.5b", Curve(20e-3, 8, 0.1), Curve(3e-3, 8, 0.05))
 SETTINGS = {
     "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+    # the same with whole rows, as from a CPU or a backend without top-k (Engine(heads=False))
+    "top_k=40 whole rows": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
     "top_k=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.05},
     # top-p alone: the long tail keeps thousands of tokens, and each rejection's residual spans them
     "top_k=0 min_p=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0},
     "greedy": {"temperature": 0.0},
 }
+WHOLE_ROWS = {"top_k=40 whole rows"}
 PROMPT = [1, *range(10, 26)]
 
 
@@ -40,20 +45,24 @@ def python_shares(
     tokens: int = 128,
     repeats: int = 3,
     settings: Sequence[str] = tuple(SETTINGS),
+    heads: bool = True,
 ) -> list[dict]:
     """One record per vocabulary size and setting: share (the median over `repeats`
     generations of the time outside both models over the whole), tok_s, k (the K of the
-    last step)."""
-    return [r for vocab in vocabs for r in _shares(vocab, machine, acceptance, tokens, repeats, settings)]
+    last step). `heads`: rows at top_k > 0 come as their top-k (Engine(heads=...)), as
+    llama.cpp's backend top-k returns them from a GPU."""
+    return [r for vocab in vocabs for r in _shares(vocab, machine, acceptance, tokens, repeats, settings, heads)]
 
 
 def _shares(
-    vocab: int, machine: Machine, acceptance: float, tokens: int, repeats: int, settings: Sequence[str]
+    vocab: int, machine: Machine, acceptance: float, tokens: int, repeats: int, settings: Sequence[str], heads: bool
 ) -> list[dict]:
     target, draft = pair(machine, steady(acceptance), vocab=vocab)
-    engine = Engine(target, draft, name=machine.name)  # prompt lookup on, as by default
     records = []
     for name in settings:
+        target.trim(0), draft.trim(0)  # a new engine's caches start empty
+        # prompt lookup on, as by default
+        engine = Engine(target, draft, name=machine.name, heads=heads and name not in WHOLE_ROWS)
         shares, speeds, k = [], [], 0
         engine.generate(PROMPT, max_tokens=tokens, **SETTINGS[name])  # the controller's warm-up
         for _ in range(max(1, repeats)):

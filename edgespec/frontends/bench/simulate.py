@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from edgespec.core.sampling import Heads, Rows
+
 VOCAB = 64  # ids 0..2 special (BOS 1, EOS 2); small, so the decoder's own Python work stays small
 NOISE_SD = 2.0  # past VOCAB, the other logits' spread (a row's long tail)
 SURE_SPREAD = 1.5  # scale of the logistic noise on the draft's confidence (in logits)
@@ -214,6 +216,8 @@ class SimModel:
         if who == "target":
             world.text = self.kv
         self.busy_s = 0.0
+        self._base_top = np.zeros(0, dtype=np.int64)  # the base row's largest ids, for _heads
+        self.head_k = 0  # set_head: rows as their top-k, found inside the eval (as a GPU backend would)
         self._out = np.zeros((64, self.n_vocab), dtype=np.float32)
         self._base = np.zeros(self.n_vocab, dtype=np.float32)
         if self.n_vocab > VOCAB:
@@ -222,31 +226,56 @@ class SimModel:
         self._weight = np.exp(self._base.astype(np.float64))  # each token's weight in the base row
         self._base_total = float(self._weight.sum())
 
-    def _row(self, out: np.ndarray) -> None:
+    def _row(self, out: np.ndarray) -> int:
+        """Fill one row: the base row with one token raised; returns that token."""
         pos, prev = self.at[-1] + 1, self.kv[-1]
         out[:] = self._base
         if self.who == "target":
-            out[self.world.target_token(pos, prev)] = 30.0  # the target is sure: p is one-hot-like
-            return
+            token = self.world.target_token(pos, prev)
+            out[token] = 30.0  # the target is sure: p is one-hot-like
+            return token
         token, sure = self.world.draft_token(pos, prev)
         rest = self._base_total - float(self._weight[token])
         out[token] = math.log(sure * rest / (1.0 - sure))  # softmax(row)[token] == sure
+        return token
 
-    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
+    def _heads(self, rows: np.ndarray, raised: list[int]) -> Heads:
+        """Each row's head_k largest logits: among the base row's largest and the raised token
+        (every other logit is the base's), so a few dozen are compared, not the whole row."""
+        k = self.head_k
+        if self._base_top.size <= k:
+            self._base_top = np.argsort(-self._base, kind="stable")[: 2 * k + 1]
+        ids = np.empty((len(rows), k), dtype=np.int32)
+        for i, token in enumerate(raised):
+            cands = np.union1d(self._base_top[: k + 1], [token])
+            ids[i] = cands[np.argsort(-rows[i][cands], kind="stable")[:k]]
+        return Heads(ids, np.take_along_axis(rows, ids, axis=1))
+
+    def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> Rows:
         t0 = time.perf_counter()
         if pos != len(self.kv):
             raise RuntimeError(f"eval at {pos} but the cache holds {len(self.kv)}")
         n_rows = 0 if logits_from is None else len(tokens) - logits_from
         out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, self.n_vocab), dtype=np.float32)
         at = self._at(tokens, pos)
+        raised = []
         for i, t in enumerate(tokens):
             self.kv.append(int(t))
             self.at.append(at + i)
             if logits_from is not None and i >= logits_from:
-                self._row(out[i - logits_from])
+                raised.append(self._row(out[i - logits_from]))
+        rows: Rows = out[:n_rows]
+        if self.head_k and n_rows:
+            rows = self._heads(out[:n_rows], raised)
         self.world.wait(self.who, len(tokens), t0)
         self.busy_s += time.perf_counter() - t0
-        return out[:n_rows]
+        return rows
+
+    def set_head(self, k: int) -> bool:
+        """Rows as the top-k of each (`Heads`) from now on; 0: whole rows. The top-k is part of
+        the eval's time, as a GPU backend's top-k is part of its step."""
+        self.head_k = max(0, min(k, self.n_vocab - 1))
+        return True
 
     def trim(self, n_keep: int) -> None:
         del self.kv[n_keep:]

@@ -1,0 +1,122 @@
+"""Rows served as heads (each row's top-k, as llama.cpp's backend top-k returns them on a
+GPU): the same distributions as whole rows, the same generations through the engine, and
+whole rows wherever something before top-k needs them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec import Engine
+from edgespec.core.penalties import make_penalties
+from edgespec.core.sampling import Head, Heads, SamplingParams, head_k, prob_of, to_dist
+from edgespec.frontends.bench.simulate import Curve, Machine, pair, steady
+from tests.conftest import demo_paths
+
+SETTINGS = [
+    SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+    SamplingParams(temperature=1.3, top_k=5, top_p=1.0, min_p=0.0),
+    SamplingParams(temperature=0.5, top_k=1),
+    SamplingParams(temperature=0.8, top_k=100, top_p=0.5, min_p=0.0),
+]
+
+
+def head_of(row: np.ndarray, k: int, rng: np.random.Generator) -> Head:
+    """The row's k largest logits in a shuffled order (a backend promises no order)."""
+    ids = rng.permutation(np.argpartition(row, -k)[-k:]).astype(np.int32)
+    return Head(ids, row[ids])
+
+
+@pytest.mark.parametrize("params", SETTINGS)
+def test_a_head_gives_the_whole_rows_distribution(params: SamplingParams) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        row = (rng.normal(size=5000) * rng.uniform(0.5, 4)).astype(np.float32)
+        head = head_of(row, params.top_k, rng)
+        want, got = to_dist(row, params), to_dist(head, params)
+        assert np.array_equal(want.ids, got.ids)
+        assert np.array_equal(want.probs, got.probs)
+        x = int(row.argmax())
+        assert prob_of(head, x, params) == prob_of(row, x, params)
+
+
+def test_a_head_cut_to_a_smaller_vocabulary_keeps_the_ids_below_it() -> None:
+    head = Head(np.array([3, 9000, 5], dtype=np.int32), np.array([1.0, 9.0, 2.0], dtype=np.float32))
+    cut = head[:100]
+    assert cut.ids.tolist() == [3, 5] and cut.vals.tolist() == [1.0, 2.0]
+    assert head[:10_000] is head
+    with pytest.raises(TypeError):
+        head[1:]
+
+
+def test_ties_in_a_head_go_by_id_whatever_the_backends_order() -> None:
+    head = Head(np.array([30, 10, 20], dtype=np.int32), np.array([1.0, 2.0, 1.0], dtype=np.float32))
+    d = to_dist(head, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
+    assert d.ids.tolist() == [10, 20]
+
+
+def test_a_head_cannot_serve_top_k_off() -> None:
+    head = Head(np.array([1, 2], dtype=np.int32), np.array([1.0, 2.0], dtype=np.float32))
+    with pytest.raises(ValueError):
+        to_dist(head, SamplingParams(temperature=0.8, top_k=0))
+
+
+def test_heads_are_asked_for_only_where_sampling_starts_with_top_k() -> None:
+    base = SamplingParams(temperature=0.8, top_k=40)
+    assert head_k(base, 50_000) == 40
+    assert head_k(SamplingParams(temperature=0.0, top_k=40), 50_000) == 0  # greedy reads the whole row
+    assert head_k(SamplingParams(temperature=0.8, top_k=0), 50_000) == 0
+    assert head_k(SamplingParams(temperature=0.8, top_k=1000), 50_000) == 0  # past HEAD_MAX
+    pen = make_penalties(0.0, 0.5, 1.0, 64, None, 50_000)
+    assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=pen), 50_000) == 0
+    bias = make_penalties(0.0, 0.0, 1.0, 64, {5: 3.0}, 50_000)
+    assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=bias), 50_000) == 0
+
+
+MACHINE = Machine("heads-test", Curve(1e-4, 8, 0.1), Curve(2e-5, 8, 0.05))
+
+
+def sim_engine(heads: bool) -> tuple[Engine, list]:
+    target, draft = pair(MACHINE, steady(0.8), vocab=20_000)
+    return Engine(target, draft, name="sim", heads=heads), [target, draft]
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_the_engine_generates_the_same_tokens_from_heads(k: int) -> None:
+    (on, models), (off, _) = sim_engine(True), sim_engine(False)
+    options = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=11, max_tokens=64)
+    spec = dict(speculative=False) if k == 0 else dict(k=k)
+    a = on.generate([1, *range(10, 20)], **options, **spec)
+    assert all(m.head_k == 40 for m in models), "the engine did not ask for heads"
+    b = off.generate([1, *range(10, 20)], **options, **spec)
+    assert a.tokens == b.tokens and len(a.tokens) == 64
+    assert k == 0 or a.stats.n_drafted > 0
+    # a request that needs whole rows switches the models back
+    on.generate([1, 5], temperature=0.9, top_k=40, frequency_penalty=0.5, max_tokens=4, seed=1)
+    assert all(m.head_k == 0 for m in models)
+
+
+@pytest.mark.real
+def test_llama_cpps_backend_top_k_gives_the_whole_rows_distribution() -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    from edgespec.llama.backend import LlamaModel
+
+    whole, heads = LlamaModel(paths[1], n_ctx=256), LlamaModel(paths[1], n_ctx=256, heads=True)
+    try:
+        assert not whole.set_head(40), "a CPU model should keep whole rows unless asked"
+        assert heads.set_head(40)
+        tokens = [1, 504, 3458, 282, 4649, 314, 253, 1345, 30, 378, 2014, 28, 33]
+        rows = np.array(whole.eval(tokens, 0, logits_from=2))
+        got = heads.eval(tokens, 0, logits_from=2)
+        assert isinstance(got, Heads) and len(got) == len(rows)
+        for params in SETTINGS[:2]:
+            for i in range(len(rows)):
+                want, have = to_dist(rows[i], params), to_dist(got[i], params)
+                assert np.array_equal(want.ids, have.ids) and np.array_equal(want.probs, have.probs)
+        assert heads.set_head(0)
+        assert isinstance(heads.eval([7], len(tokens), logits_from=0), np.ndarray)
+    finally:
+        whole.close()
+        heads.close()
