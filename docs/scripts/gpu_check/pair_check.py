@@ -1,6 +1,7 @@
 """The GPU check on a 7B-class pair made on the device (synth_gguf.py): a target's and a
 draft's pass per batch size, the adaptive controller against every fixed K, and the runtime's
-share of the time at a 262k vocabulary (issue 11's bars), offloaded.
+share of the time at a 262k vocabulary (issue 11's bars), offloaded, with rows as their top-k
+from the GPU (LlamaModel.set_head) and with whole rows.
 
     REPS=3 python3 pair_check.py TARGET.gguf DRAFT.gguf     # one JSON line per part
 
@@ -47,7 +48,9 @@ def timed(fn):
     return wrapper
 
 
-for _name in ("llama_decode", "llama_get_logits", "llama_memory_seq_rm"):
+# the rows as their top-k (LlamaModel.set_head): reading them waits for the GPU as llama_get_logits does
+_SAMPLED = ("llama_get_sampled_logits_ith", "llama_get_sampled_candidates_ith", "llama_get_sampled_logits_count_ith")
+for _name in ("llama_decode", "llama_get_logits", "llama_memory_seq_rm", *_SAMPLED):
     setattr(backend.llama_cpp, _name, timed(getattr(backend.llama_cpp, _name)))
 
 
@@ -119,6 +122,20 @@ def main() -> None:
     spec = eng.generate(PROMPT, temperature=0, max_tokens=TOKENS)
     emit("greedy", {"identical": plain.tokens == spec.tokens, "tokens": len(plain.tokens)})
     dec = eng._decoder
+    heads = {}  # the same seeded T = 0.8 text from rows' top-k as from whole rows (ties aside)
+    for on in (True, False, True, False):
+        dec.heads = on
+        eng.reset()
+        heads.setdefault(on, []).append(eng.generate(PROMPT, temperature=0.8, max_tokens=TOKENS, seed=3, k=4))
+    emit(
+        "heads",
+        {
+            "on_gpu": dec.target.model.heads,
+            "identical": len({tuple(r.tokens) for rs in heads.values() for r in rs}) == 1,
+            "tok_s_heads_whole": [[round(r.stats.tokens_per_s, 1) for r in heads[on]] for on in (True, False)],
+        },
+    )
+    dec.heads = True
     emit(
         "pass_ms",
         {
@@ -127,6 +144,9 @@ def main() -> None:
         },
     )
     emit("shares_model_only", shares(eng))
+    dec.heads = False
+    emit("shares_model_only_whole_rows", shares(eng))
+    dec.heads = True
     for temp in (0.8, 0.0):
         emit(f"sweep_T{temp}", sweep(eng, temp))
     eng.close()
