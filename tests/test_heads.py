@@ -120,3 +120,106 @@ def test_llama_cpps_backend_top_k_gives_the_whole_rows_distribution() -> None:
     finally:
         whole.close()
         heads.close()
+
+
+def test_a_head_shorter_than_top_k_is_refused() -> None:
+    head = Head(np.arange(5, dtype=np.int32), np.arange(5, dtype=np.float32))
+    with pytest.raises(ValueError):
+        to_dist(head, SamplingParams(temperature=0.8, top_k=6))
+
+
+def test_a_draft_with_a_larger_vocabulary_is_asked_for_a_longer_head() -> None:
+    """Its ids past the shared vocabulary may sit in its top-k; cut off, the head must still
+    hold top_k shared ids, as the whole row cut first would."""
+    (on, models), (off, _) = sim_engine(True), sim_engine(False)
+    for engine in (on, off):
+        engine._decoder.draft.model.n_vocab += 5  # the decoder reads the shared vocabulary at load
+    on._decoder.n_vocab = off._decoder.n_vocab = models[0].n_vocab
+    options = dict(temperature=0.9, top_k=40, seed=3, max_tokens=48, k=3)
+    a, b = on.generate([1, 7, 8, 9], **options), off.generate([1, 7, 8, 9], **options)
+    assert (models[0].head_k, models[1].head_k) == (40, 45)
+    assert a.tokens == b.tokens
+
+
+class FakeLlama:
+    """llama_cpp's sampler calls, with a device that can or cannot run top-k."""
+
+    def __init__(self, runs: bool) -> None:
+        self.runs, self.attached, self.freed = runs, [], []
+
+    def llama_sampler_chain_default_params(self):
+        return None
+
+    def llama_sampler_chain_init(self, params):
+        return ["chain"]
+
+    def llama_sampler_init_top_k(self, k):
+        return f"top-k {k}"
+
+    def llama_sampler_chain_add(self, chain, smpl):
+        chain.append(smpl)
+
+    def llama_set_sampler(self, ctx, seq, chain):
+        self.attached.append(chain)
+        return True  # llama.cpp's answer even where the device cannot run the chain
+
+    def llama_sampler_chain_get(self, chain, i):
+        return chain[i + 1]
+
+    def llama_sampler_name(self, smpl):
+        return b"+top-k" if self.runs else b"-top-k"
+
+    def llama_sampler_free(self, chain):
+        self.freed.append(chain)
+
+
+def test_a_top_k_the_device_cannot_run_is_detached_and_freed() -> None:
+    from edgespec.llama.native_abi import attach_top_k
+
+    ok = FakeLlama(runs=True)
+    chain = attach_top_k(ok, None, 40)
+    assert chain == ["chain", "top-k 40"] and ok.attached == [chain] and not ok.freed
+    bad = FakeLlama(runs=False)
+    assert attach_top_k(bad, None, 40) is None
+    assert bad.attached[-1] is None and bad.freed == [["chain", "top-k 40"]]
+    assert attach_top_k(ok, None, 0) is None and ok.attached[-1] is None
+
+
+def test_a_context_that_cannot_be_made_is_a_clear_error(monkeypatch) -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    from edgespec.core.errors import BackendError
+    from edgespec.llama import backend
+
+    monkeypatch.setattr(backend.llama_cpp, "llama_init_from_model", lambda model, params: None)
+    with pytest.raises(BackendError, match="could not create a context"):
+        backend.LlamaModel(paths[1], n_ctx=256)
+
+
+@pytest.mark.real
+def test_rows_across_chunks_come_back_whole_and_in_order() -> None:
+    """An eval longer than n_batch puts every row asked for in its last chunk (rows that
+    straddled two chunks came back short); more rows than ROWS_MAX is a clear error."""
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    from edgespec.core.errors import BackendError
+    from edgespec.llama.backend import LlamaModel
+
+    tokens = [1, 504, 3458, 282, 4649, 314, 253, 1345, 30, 378, 2014, 28]
+    big, small = LlamaModel(paths[1], n_ctx=256), LlamaModel(paths[1], n_ctx=256, n_batch=8, heads=True)
+    try:
+        want = np.array(big.eval(tokens, 0, logits_from=6))
+        got = np.array(small.eval(tokens, 0, logits_from=6))
+        assert got.shape == want.shape == (6, big.n_vocab)
+        assert (got.argmax(axis=1) == want.argmax(axis=1)).all() and np.allclose(got, want, atol=1e-3)
+        small.trim(0)
+        assert small.set_head(40)
+        heads = small.eval(tokens, 0, logits_from=6)
+        assert len(heads) == 6 and all(set(heads[i].ids) == set(np.argsort(-got[i])[:40]) for i in range(6))
+        with pytest.raises(BackendError, match="rows asked"):
+            big.eval(list(range(10, 80)), len(tokens), logits_from=0)
+    finally:
+        big.close()
+        small.close()

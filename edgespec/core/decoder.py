@@ -130,10 +130,10 @@ class Decoder:
         and nothing needs whole rows (a grammar, logprobs); else for whole rows."""
         ok = self.heads and req.grammar is None and req.logprobs is None
         k = head_k(req.params, self.n_vocab) if ok else 0
-        for cache in (self.target, self.draft):
-            set_head = getattr(cache.model, "set_head", None) if cache is not None else None
-            if set_head is not None:
-                set_head(k)
+        for cache in (c for c in (self.target, self.draft) if c is not None):
+            set_head = getattr(cache.model, "set_head", None)
+            if set_head is not None:  # ids past the shared vocabulary may take places in a head
+                set_head(k + cache.model.n_vocab - self.n_vocab if k else 0)
 
     def _loop(
         self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: Constraints | None

@@ -26,6 +26,10 @@ MAX_TOKENS_CAP = 2048  # the most one server request may ask for (--max-tokens-c
 N_CTX = 4096  # context size of both models
 K_LIMIT = 32  # largest fixed K a request or a pair may ask for
 K_MAX = K_LIMIT  # largest K the adaptive controller may grow to (it stops where the machine says)
+# the most logits rows one eval returns: a verify of K_LIMIT drafts that lookup finished with 16
+# more, plus its bonus row (49), or a catch-up check's window (24); llama.cpp sizes its output
+# buffers and graphs for this many rows, not a whole batch (a batch of 262k-token rows is 512 MB)
+ROWS_MAX = 64
 
 # the server
 HOST = "127.0.0.1"

@@ -150,9 +150,9 @@ def head_dist(head: Head, params: SamplingParams) -> Dist:
     if params.greedy:
         top = vals.max()
         return Dist.one_hot(int(head.ids[vals == top].min()))
-    order = np.lexsort((head.ids, -vals))[: params.top_k if params.top_k > 0 else None]
-    if params.top_k <= 0 or order.size < min(params.top_k, head.ids.size):
-        raise ValueError("a Head holds the top-k of a row: it serves top_k > 0 only")
+    if params.top_k <= 0 or head.ids.size < params.top_k:
+        raise ValueError("internal: a Head serves top_k > 0 and holds at least top_k tokens")
+    order = np.lexsort((head.ids, -vals))[: params.top_k]
     ids, vals = head.ids[order], vals[order]
     keep = _keep(vals, params)
     scaled = np.exp((vals[:keep] - vals[0]) / params.temperature)

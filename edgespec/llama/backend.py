@@ -26,6 +26,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from ..core import defaults
 from ..core.errors import BackendError, ModelFileError
 from ..core.sampling import Rows
 from .config import default_threads
@@ -39,6 +40,7 @@ from .native_abi import (
     RPC_REBUILD,
     START_SERVER,
     Feature,
+    attach_top_k,
     read_heads,
 )
 
@@ -107,12 +109,12 @@ class LlamaModel:
         heads: bool | None = None,
     ) -> None:
         """`devices`: the ggml devices (from `rpc_devices`, `local_gpu_devices`) the layers may
-        go to; None: every device llama.cpp knows. `heads`: whether `set_head` may ask the
-        backend for rows' top-k; None: where layers run on a GPU (on the CPU llama.cpp's top-k
-        costs what numpy's transform of the whole row does: no gain, measured on the demo pair)."""
+        go to; None: every device llama.cpp knows. `heads`: whether `set_head` may ask for rows'
+        top-k; None: where layers run on a GPU (on the CPU it gained nothing on the demo pair)."""
         _init()
         self.path = str(path)
         self._model = self._ctx = self._batch = None
+        self._head_k, self._chain = 0, None  # set_head: rows as heads of k, by this sampler chain
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         if devices is None and _rpc_registered:
@@ -136,7 +138,8 @@ class LlamaModel:
         cparams.n_seq_max = 1
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
-        cparams.n_outputs_max_per_seq = 0  # set_head: a backend top-k on every row of a batch (0: n_batch)
+        cparams.n_outputs_max = self.rows_max = min(n_batch, defaults.ROWS_MAX)
+        cparams.n_outputs_max_per_seq = 0  # set_head: a backend top-k on every row of an eval
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -157,7 +160,6 @@ class LlamaModel:
         self.bos_id = int(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_id = int(llama_cpp.llama_vocab_eos(self._vocab))
         self._grammar_tokenizer: Any = None
-        self._head_k, self._chain = 0, None  # set_head: rows as heads of k, by this sampler chain
 
     # -- lifetimes -------------------------------------------------------------
     def close(self) -> None:
@@ -184,16 +186,19 @@ class LlamaModel:
     # -- evaluation ------------------------------------------------------------
     def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> Rows:
         """Decode `tokens` at positions pos.. and return logits rows for tokens[logits_from:]
-        (None: none, an empty array). Longer runs are split into n_batch chunks; only the last
-        may carry logits, so `len(tokens) - logits_from` must be <= n_batch."""
+        (None: none, an empty array), at most `rows_max` of them. Longer runs are split into
+        n_batch chunks, the last one holding every row."""
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         if pos + n > self.n_ctx:
             raise BackendError(f"internal: eval past the context ({pos + n} > {self.n_ctx})")
+        if logits_from is not None and n - logits_from > self.rows_max:  # llama.cpp would abort
+            raise BackendError(f"internal: {n - logits_from} logits rows asked of one eval (at most {self.rows_max})")
         start = n_out = last = 0
+        tail = max(0, n - self.n_batch)  # the last chunk is tokens[tail:]: every row asked for
         while start < n:
-            end = min(n, start + self.n_batch)
+            end = min(tail if start < tail else n, start + self.n_batch)
             n_out = self._decode(tokens, start, end, pos, logits_from)
             start, last = end, end - start
         if logits_from is None:
@@ -210,16 +215,11 @@ class LlamaModel:
         the eval) from now on; 0: whole rows. Whether rows come as asked (not where `heads` is off
         or the backend cannot: then whole)."""
         want = max(0, min(k, self.n_vocab)) if self.heads else 0
-        if want != self._head_k:
-            chain = None
-            if want > 0:
-                chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
-                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(want))
-            # on failure llama.cpp drops the sequence's sampler: whole rows, as with None
-            ok = bool(llama_cpp.llama_set_sampler(self._ctx, 0, chain))
-            old, self._chain, self._head_k = self._chain, (chain if ok else None), (want if ok else 0)
-            for c in (c for c in (old, None if ok else chain) if c is not None):
-                llama_cpp.llama_sampler_free(c)
+        if want != self._head_k:  # the old chain is detached, a new one attached where it can run
+            chain = attach_top_k(llama_cpp, self._ctx, want)
+            if self._chain is not None:
+                llama_cpp.llama_sampler_free(self._chain)
+            self._chain, self._head_k = chain, (want if chain is not None else 0)
         return self._head_k == max(0, k)
 
     def _decode(self, tokens: Sequence[int], start: int, end: int, pos: int, logits_from: int | None) -> int:

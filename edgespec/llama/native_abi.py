@@ -60,3 +60,25 @@ def read_heads(lib: Any, ctx: Any, first: int, n_out: int, n_vocab: int, k: int)
     vals = _rows_at(lib.llama_get_sampled_logits_ith, ctx, first, n_out, n_vocab, np.float32)
     ids = _rows_at(lib.llama_get_sampled_candidates_ith, ctx, first, n_out, n_vocab, np.int32)
     return Heads(ids[:, :k], vals[:, :k])
+
+
+def attach_top_k(lib: Any, ctx: Any, k: int) -> Any:
+    """A sampler chain of llama.cpp's top-k attached to sequence 0 of `ctx` (`lib`: llama_cpp), to
+    run inside each eval (backend sampling), in place of the chain attached before; None, with
+    no chain attached, for k = 0 or where the device cannot run it. The caller owns the chain:
+    free it once detached, or after the context."""
+    if k <= 0:
+        lib.llama_set_sampler(ctx, 0, None)
+        return None
+    chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+    lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
+    # llama.cpp attaches a chain its device cannot run, then hands back whole rows as "sampled"
+    # and no raw logits: the sampler's name says whether it runs there ("+top-k", else "-top-k")
+    if (
+        lib.llama_set_sampler(ctx, 0, chain)
+        and lib.llama_sampler_name(lib.llama_sampler_chain_get(chain, 0))[:1] == b"+"
+    ):
+        return chain
+    lib.llama_set_sampler(ctx, 0, None)
+    lib.llama_sampler_free(chain)
+    return None

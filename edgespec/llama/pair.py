@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import defaults
 from ..core.errors import ConfigError, MemoryPreflightError, PairError
 from ..core.info import LiveVerdict, PairVerdict
 from .ggml_types import GGML_TYPE_BY_NAME
@@ -34,7 +35,9 @@ LOW_BIT_KV_TYPES = ("q4_0", "q4_1", "iq4_nl")
 
 GIB = 1024**3
 COMPUTE_BASE_BYTES = 192 * 1024**2  # per model: graph and scratch buffers
-LOGITS_BATCH = 512  # llama.cpp's default n_ubatch: logits rows kept per model
+# logits rows an eval returns (LlamaModel caps llama.cpp's outputs there), each 4 floats wide: the
+# row and, with rows served as their top-k (set_head), llama.cpp's sampled logits, probs and ids
+LOGITS_ROWS = defaults.ROWS_MAX * 4
 GPU_HINT = "use a smaller n_ctx, a smaller model or quantization, or offload layers to a GPU"
 
 
@@ -153,8 +156,8 @@ def _int_or(value: Any, default: int) -> int:
 
 
 def compute_bytes(info: GGUFInfo) -> int:
-    # llama.cpp keeps a float logits row per token of a batch; the rest is a margin.
-    return COMPUTE_BASE_BYTES + (info.vocab_size or 32_000) * LOGITS_BATCH * 4
+    # llama.cpp keeps float logits rows for the most rows an eval returns; the rest is a margin.
+    return COMPUTE_BASE_BYTES + (info.vocab_size or 32_000) * LOGITS_ROWS * 4
 
 
 def memory_preflight(

@@ -60,7 +60,8 @@ def _shares(
     target, draft = pair(machine, steady(acceptance), vocab=vocab)
     records = []
     for name in settings:
-        target.trim(0), draft.trim(0)  # a new engine's caches start empty
+        for model in (target, draft):  # a new engine's caches start empty
+            model.trim(0)
         # prompt lookup on, as by default
         engine = Engine(target, draft, name=machine.name, heads=heads and name not in WHOLE_ROWS)
         shares, speeds, k = [], [], 0
