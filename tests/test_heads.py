@@ -223,3 +223,24 @@ def test_rows_across_chunks_come_back_whole_and_in_order() -> None:
     finally:
         big.close()
         small.close()
+
+
+def test_whole_rows_can_be_asked_for_from_the_command_line_and_the_api() -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    import argparse
+
+    from edgespec.frontends import options
+
+    parser = argparse.ArgumentParser()
+    options.add_model_args(parser)
+    args = parser.parse_args(["--target", str(paths[0]), "--draft", str(paths[1]), "--whole-rows", "--n-ctx", "256"])
+    args.no_spec, args.k = False, None
+    engine = options.engine_from_args(args)
+    try:
+        assert engine._decoder.heads is False
+    finally:
+        engine.close()
+    with Engine.from_pair("demo", n_ctx=256) as default:
+        assert default._decoder.heads is True

@@ -1,15 +1,13 @@
 """The public API: load a target (and optional draft), then stream() or generate().
 
-What the engine adds on top of the decoder: turning a prompt (a string, chat
-messages, or token ids) into tokens with the model's chat template; turning
-token ids into text with stop strings; one generation at a time (a lock), each
-with its own cancel flag (`Generation`); the checks that run before any weights
-load (GGUF headers, tokenizer compatibility, memory); and warnings a user
-should see (quantization asymmetry, no GPU offload).
+What the engine adds on top of the decoder: turning a prompt (a string, chat messages,
+or token ids) into tokens with the model's chat template; turning token ids into text
+with stop strings; one generation at a time (a lock), each with its own cancel flag
+(`Generation`); the checks that run before any weights load (GGUF headers, tokenizer
+compatibility, memory); and warnings a user should see (quantization asymmetry, no GPU).
 
-`Engine(target, draft)` takes any objects that follow the `Model` / `TextModel`
-protocols (edgespec.core.model): that is how tests and simulated machines run
-the real decoder without llama.cpp.
+`Engine(target, draft)` takes any objects that follow the `Model` / `TextModel` protocols
+(edgespec.core.model): that is how tests and simulated machines run the real decoder.
 """
 
 from __future__ import annotations
@@ -112,13 +110,14 @@ class Engine:
         lookup: bool = True,
         isolated: bool = False,
         rpc: str | Sequence[str] = (),
+        heads: bool = True,
     ) -> Engine:
         """Check both GGUF files, then load them. `k`: fixed draft length (None: adaptive).
         `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
         `isolated=True`: the models run in a child process that restarts after a crash.
-        `rpc="host:port,..."`: the target's layers go to those rpc-servers."""
+        `rpc="host:port,..."`: the target's layers go there. `heads=False`: whole rows from a GPU."""
         rpc = parse_endpoints(rpc) if rpc else ()
-        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup, rpc)
+        options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup, rpc, heads)
         if isolated:
             return _isolated(target, draft, options)
         return cls._from_loaded(load_pair(target, draft, options))
@@ -153,6 +152,7 @@ class Engine:
             p_min=p.options.p_min,
             quant_report=p.quant,
             lookup=p.options.lookup,
+            heads=p.options.heads,
         )
 
     def close(self) -> None:

@@ -23,6 +23,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="path to the target GGUF (instead of --pair)")
     g.add_argument("--draft", help="path to the draft GGUF (with --target; without one, prompt lookup drafts alone)")
     g.add_argument("--no-lookup", action="store_true", help="no prompt-lookup drafts (model drafts only)")
+    g.add_argument(
+        "--whole-rows", action="store_true", help="read whole logits rows even from a GPU (no backend top-k)"
+    )
     g.add_argument("--config", help="models.toml to read (default: search, see README)")
     g.add_argument("--n-ctx", type=int, default=None, help=f"context size (default {defaults.N_CTX})")
     g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
@@ -120,6 +123,7 @@ def engine_from_args(
             lookup=not args.no_lookup,
             isolated=isolated,
             rpc=args.rpc or (),
+            heads=not args.whole_rows,
         )
     return Engine.from_pair(
         args.pair or "demo",
@@ -134,6 +138,7 @@ def engine_from_args(
         k=args.k,
         lookup=False if args.no_lookup else None,
         rpc=args.rpc,
+        heads=False if args.whole_rows else None,
     )
 
 

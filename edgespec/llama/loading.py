@@ -52,6 +52,7 @@ class LoadOptions:
     name: str | None = None
     lookup: bool = True  # prompt lookup drafts
     rpc: tuple[str, ...] = ()  # rpc-servers ("host:port") for the target's layers; the draft stays here
+    heads: bool = True  # rows as their top-k from a GPU's backend where sampling allows (Engine(heads=...))
 
 
 @dataclass
