@@ -244,3 +244,13 @@ def test_whole_rows_can_be_asked_for_from_the_command_line_and_the_api() -> None
         engine.close()
     with Engine.from_pair("demo", n_ctx=256) as default:
         assert default._decoder.heads is True
+
+
+def test_the_rows_one_eval_may_return_cover_every_eval_the_decoder_makes() -> None:
+    """LlamaModel makes its context for defaults.ROWS_MAX output rows (llama.cpp aborts past
+    them): a verify of K_LIMIT drafts finished by lookup's longest tail, and a catch-up window."""
+    from edgespec.core import decoder, defaults
+    from edgespec.core.lookup_policy import L_MAX
+
+    assert defaults.K_LIMIT + L_MAX + 1 <= defaults.ROWS_MAX
+    assert decoder.WINDOW <= defaults.ROWS_MAX
