@@ -25,10 +25,11 @@ from edgespec import Engine
 from .simulate import Curve, Machine, pair, steady
 
 GPU_PAIR = Machine("gpu-7b-0.5b", Curve(20e-3, 8, 0.1), Curve(3e-3, 8, 0.05))
+TOP_K_40 = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 SETTINGS = {
-    "top_k=40": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+    "top_k=40": TOP_K_40,
     # the same with whole rows, as from a CPU or a backend without top-k (Engine(heads=False))
-    "top_k=40 whole rows": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+    "top_k=40 whole rows": TOP_K_40,
     "top_k=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.05},
     # top-p alone: the long tail keeps thousands of tokens, and each rejection's residual spans them
     "top_k=0 min_p=0": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0},
