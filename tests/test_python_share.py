@@ -51,6 +51,24 @@ def test_the_share_is_the_time_outside_both_models(monkeypatch) -> None:
 def test_the_table_has_a_line_per_setting() -> None:
     records = python_shares(vocabs=[300], machine=FAST, tokens=8, repeats=1)
     lines = format_table(records).splitlines()
-    assert len(lines) == 2 + len(SETTINGS)
-    assert lines[2].startswith("| 300 | top_k=40 | ")
+    assert len(lines) == 2 + 2 * len(SETTINGS)
+    assert lines[2].startswith("| 300 | spins | top_k=40 | ")
+    assert lines[2 + len(SETTINGS)].startswith("| 300 | sleeps | top_k=40 | ")
     assert python_share.GPU_PAIR.target(8) == python_share.GPU_PAIR.target(1)  # a GPU: flat to its knee
+
+
+def test_a_spinning_host_waits_out_the_eval_without_sleeping(monkeypatch) -> None:
+    """Machine.spins: the eval takes its cost on the wall clock, the host never asleep (CUDA's
+    default sync); otherwise it sleeps (Metal's). The share bench measures both."""
+    import edgespec.frontends.bench.simulate as simulate
+
+    slept: list[float] = []
+    monkeypatch.setattr(simulate.time, "sleep", lambda s: slept.append(s))
+    spinning = Machine("spin", Curve(3e-3, 8, 0.1), Curve(1e-3, 8, 0.05), spins=True)
+    target, _ = pair(spinning, steady(0.8), vocab=300)
+    t0 = time.perf_counter()
+    target.eval([1, 10, 11], 0, logits_from=2)
+    assert time.perf_counter() - t0 >= 3e-3 and not slept
+    target, _ = pair(FAST, steady(0.8), vocab=300)
+    target.eval([1, 10, 11], 0, logits_from=2)
+    assert slept and slept[0] > 1e-3

@@ -10,7 +10,9 @@ llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`); th
 models find them inside the eval's time. The share is the generation's time outside both models'
 evals over its whole time: sampling both models' rows, verification, the controller,
 bookkeeping. The fake models' own row filling counts as theirs (it is inside the eval's
-cost, as a GPU's logits copy is).
+cost, as a GPU's logits copy is). Each line is measured twice: with the host spinning while a
+model evaluates (CUDA's default sync) and asleep (Metal's, or a blocking sync), which wakes
+with cold caches: the same Python costs more after a sleep.
 
 `python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
 from edgespec import Engine
 
@@ -37,6 +40,7 @@ SETTINGS = {
 }
 WHOLE_ROWS = {"top_k=40 whole rows"}
 PROMPT = [1, *range(10, 26)]
+WAITS = ("spins", "sleeps")  # how the host waits for a model's eval (Machine.spins)
 
 
 def python_shares(
@@ -47,12 +51,18 @@ def python_shares(
     repeats: int = 3,
     settings: Sequence[str] = tuple(SETTINGS),
     heads: bool = True,
+    waits: Sequence[str] = WAITS,
 ) -> list[dict]:
-    """One record per vocabulary size and setting: share (the median over `repeats`
+    """One record per vocabulary size, way of waiting (`WAITS`) and setting: share (the median over `repeats`
     generations of the time outside both models over the whole), tok_s, k (the K of the
     last step). `heads`: rows at top_k > 0 come as their top-k (Engine(heads=...)), as
     llama.cpp's backend top-k returns them from a GPU."""
-    return [r for vocab in vocabs for r in _shares(vocab, machine, acceptance, tokens, repeats, settings, heads)]
+    return [
+        {**r, "host": wait}
+        for vocab in vocabs
+        for wait in waits
+        for r in _shares(vocab, replace(machine, spins=wait == "spins"), acceptance, tokens, repeats, settings, heads)
+    ]
 
 
 def _shares(
@@ -88,9 +98,14 @@ def _shares(
 
 
 def format_table(records: list[dict]) -> str:
-    lines = ["| vocabulary | setting | runtime's share of the time | tokens/s | last K |", "|---:|:---|---:|---:|---:|"]
+    lines = [
+        "| vocabulary | host | setting | runtime's share of the time | tokens/s | last K |",
+        "|---:|:---|:---|---:|---:|---:|",
+    ]
     for r in records:
-        lines.append(f"| {r['vocab']} | {r['setting']} | {100 * r['share']:.1f}% | {r['tok_s']:.1f} | {r['k']} |")
+        lines.append(
+            f"| {r['vocab']} | {r['host']} | {r['setting']} | {100 * r['share']:.1f}% | {r['tok_s']:.1f} | {r['k']} |"
+        )
     return "\n".join(lines)
 
 

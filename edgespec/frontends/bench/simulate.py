@@ -59,6 +59,10 @@ class Machine:
     # its batch size changed: a GPU runtime that replays a captured graph of the model's
     # kernels (llama.cpp's CUDA graphs) runs the first call without one and captures it on the second
     reshape: float = 0.0
+    # the host waits for an eval by spinning (CUDA's default sync, with a core to spare: llama.cpp
+    # leaves cudaDeviceScheduleAuto), else asleep (Metal's waitUntilCompleted, a blocking sync),
+    # and a host woken from a sleep finds its caches cold
+    spins: bool = False
 
 
 MS = 2e-3  # one plain target step: long enough that the controller's own ~0.1 ms is a few %
@@ -174,9 +178,9 @@ class World:
         return token, 1.0 / (1.0 + math.exp(-z))
 
     def wait(self, who: str, n: int, since: float) -> None:
-        """Hold the caller until the eval's cost has passed on the wall clock, asleep: on a
-        busy shared machine a sleeper is woken sooner than a spinner is rescheduled (the
-        sleep overshoots by some 0.07 ms, the same for every K: part of the machine)."""
+        """Hold the caller until the eval's cost has passed on the wall clock, asleep unless the
+        machine spins: on a busy shared machine a sleeper is woken sooner than a spinner is
+        rescheduled (the sleep overshoots by some 0.07 ms, the same for every K: part of the machine)."""
         curve = self.machine.target if who == "target" else self.machine.draft
         cost = curve(n) + (self.machine.switch_s if self.last not in (None, who) else 0.0)
         last, calls = self.shape[who]
@@ -188,8 +192,11 @@ class World:
         if self.clock is not None:
             self.clock.now += cost
             return
-        left = since + cost - time.perf_counter()
-        if left > 0:
+        end = since + cost
+        if self.machine.spins:
+            while time.perf_counter() < end:
+                pass
+        elif (left := end - time.perf_counter()) > 0:
             time.sleep(left)
 
 
