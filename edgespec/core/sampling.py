@@ -55,32 +55,42 @@ class SamplingParams:
 class Dist:
     """A sparse probability distribution: `probs[j]` is the mass of `ids[j]`.
 
-    Ids are unique; probs sum to 1. Tokens not listed have probability 0.
+    Ids are unique; probs sum to 1. Tokens not listed have probability 0. Immutable once
+    made: the last token sampled or asked about is remembered with its probability (a draft
+    token's q is read twice, for the stop rule and by verify; an accepted token's p twice).
     """
 
-    __slots__ = ("ids", "probs", "_cdf")
+    __slots__ = ("ids", "probs", "_cdf", "_last")
 
     def __init__(self, ids: np.ndarray, probs: np.ndarray) -> None:
         self.ids = ids
         self.probs = probs
         self._cdf: np.ndarray | None = None
+        self._last: tuple[int, float] = (-1, 0.0)
 
     @classmethod
     def one_hot(cls, token: int) -> Dist:
         return cls(np.array([token], dtype=np.int64), np.ones(1))
 
     def prob(self, token: int) -> float:
+        if self._last[0] == token:
+            return self._last[1]
         hit = np.flatnonzero(self.ids == token)
-        return float(self.probs[hit[0]]) if hit.size else 0.0
+        p = float(self.probs[hit[0]]) if hit.size else 0.0
+        self._last = (token, p)
+        return p
 
     def sample(self, rng: np.random.Generator) -> int:
         if self.ids.size == 1:
-            return int(self.ids[0])
-        if self._cdf is None:
-            self._cdf = np.cumsum(self.probs)
-        u = rng.random() * self._cdf[-1]
-        j = int(np.searchsorted(self._cdf, u, side="right"))
-        return int(self.ids[min(j, self.ids.size - 1)])
+            j = 0
+        else:
+            if self._cdf is None:
+                self._cdf = np.cumsum(self.probs)
+            u = rng.random() * self._cdf[-1]
+            j = min(int(np.searchsorted(self._cdf, u, side="right")), self.ids.size - 1)
+        token = int(self.ids[j])
+        self._last = (token, float(self.probs[j]))
+        return token
 
     def dense(self, n_vocab: int) -> np.ndarray:
         out = np.zeros(n_vocab)
