@@ -120,6 +120,9 @@ class LookupIndex:
         self._head: list[dict[tuple[int, ...], int]] = [{} for _ in self._sizes()]
         self._prev: list[array[int]] = [array("q") for _ in self._sizes()]
         self.rules = Replacements(replace)  # learnt from copies resumed after an edit (`_resumed`)
+        # _match by cut: a function of the tokens before the cut and the base, so kept while those
+        # stay (each proposal looks for a match at the end and at the RESYNC_SKIP cuts before it)
+        self._matched: dict[int, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return self._base + len(self._toks)
@@ -142,6 +145,8 @@ class LookupIndex:
             self._reset(end - self.max_tokens)
             tokens = tokens[len(tokens) - self.max_tokens :]
         first = len(self)
+        if len(self._matched) > 4 * RESYNC_SKIP:  # only the last few cuts are looked at again
+            self._matched = {c: m for c, m in self._matched.items() if c >= first - RESYNC_SKIP}
         self._toks.extend(tokens)
         self._index_from(first)
         if self.rules:
@@ -155,6 +160,8 @@ class LookupIndex:
         if n >= len(self):
             return
         self.rules.forget_after(n)  # what was learnt from the tokens that go
+        for cut in [c for c in self._matched if c > n]:
+            del self._matched[cut]
         if n <= self._base:
             self._reset(max(n, 0))
             return
@@ -253,6 +260,7 @@ class LookupIndex:
                 if head.get(gram) == e:
                     del head[gram]  # its only occurrence left; older links are ignored by `e - n >= base`
         drop = new_base - base
+        self._matched.clear()
         del self._toks[:drop]
         for prev in self._prev:
             del prev[:drop]
@@ -260,6 +268,7 @@ class LookupIndex:
 
     def _reset(self, base: int) -> None:
         self._base = base
+        self._matched.clear()
         self._toks.clear()
         for head, prev in zip(self._head, self._prev):
             head.clear()
@@ -336,6 +345,13 @@ class LookupIndex:
     def _match(self, cut: int) -> tuple[int, int]:
         """(n, e): the longest n-gram ending at `cut` that occurred before it, and the position
         that followed its latest occurrence before `cut`; (0, -1) if none."""
+        hit = self._matched.get(cut)
+        if hit is not None:
+            return hit
+        self._matched[cut] = hit = self._find(cut)
+        return hit
+
+    def _find(self, cut: int) -> tuple[int, int]:
         base = self._base
         for n in range(self.n_max, self.n_min - 1, -1):
             if cut - n < base:
