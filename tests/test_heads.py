@@ -44,7 +44,7 @@ def test_a_head_cut_to_a_smaller_vocabulary_keeps_the_ids_below_it() -> None:
     head = Head(np.array([3, 9000, 5], dtype=np.int32), np.array([1.0, 9.0, 2.0], dtype=np.float32))
     cut = head[:100]
     assert cut.ids.tolist() == [3, 5] and cut.vals.tolist() == [1.0, 2.0]
-    assert head[:10_000] is head
+    assert head[:10_000] is head and head[:] is head
     with pytest.raises(TypeError):
         head[1:]
 

@@ -86,6 +86,8 @@ class Decoder:
         self.index = LookupIndex() if lookup else None
         self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
         self.n_vocab = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
+        # a draft vocabulary may be larger (the pair check allows 128): q over the ids both have (p = 0 past them)
+        self._shared = slice(self.n_vocab if draft is not None and draft.n_vocab > self.n_vocab else None)
         self.committed: list[int] = []
         self._px: dict[int, float] = {}  # p(x) of committed tokens the draft has not seen, by position
         self._all_accepted = False  # the last step was a model step whose drafts were all accepted
@@ -286,7 +288,7 @@ class Decoder:
 
     def _score(self, row: Row, x: int, px: float, params: SamplingParams) -> float:
         """min(1, q(x) / p(x)): the chance a draft of the committed x would have been accepted."""
-        return min(1.0, prob_of(row[: self.n_vocab], x, params) / px)
+        return min(1.0, prob_of(row[self._shared], x, params) / px)
 
     def _draft(
         self,
@@ -314,15 +316,13 @@ class Decoder:
         feed = self.committed[len(draft.tokens) :]
         bonus_next = self._all_accepted and len(feed) == 2 and hist is None  # feed: [x_K, bonus]
         px = self._px.get(len(self.committed) - 1, 0.0) if bonus_next else 0.0
-        # a draft vocabulary may be a little larger than the target's (the pair check allows 128):
-        # ids the target does not have would have p = 0, so q is taken over the shared ids only
         t0 = time.perf_counter()
         rows = draft.extend(feed, logits_from=len(feed) - (2 if px > 0.0 else 1))
         feed_s = time.perf_counter() - t0
         if len(feed) == 1:
             self._feed_one.add(feed_s)
         bonus = self._score(rows[0], self.committed[-1], px, params) if px > 0.0 else None
-        row = rows[-1][: self.n_vocab]
+        row = rows[-1][self._shared]
         drafts: list[int] = []
         qs: list[Dist] = []
         sures: list[float] = []
@@ -350,7 +350,7 @@ class Decoder:
                 if plan.want_sure and sures[-1] < plan.stop_below:
                     break
                 if i + 1 < k and not end:  # nothing is verified past the end
-                    row = draft.extend([x], logits_from=0)[0][: self.n_vocab]
+                    row = draft.extend([x], logits_from=0)[0][self._shared]
                 else:
                     break
         finally:
