@@ -72,3 +72,22 @@ def test_a_spinning_host_waits_out_the_eval_without_sleeping(monkeypatch) -> Non
     target, _ = pair(FAST, steady(0.8), vocab=300)
     target.eval([1, 10, 11], 0, logits_from=2)
     assert slept and slept[0] > 1e-3
+
+
+def test_a_simulated_head_is_the_top_k_of_the_whole_row_without_writing_it() -> None:
+    """set_head: each row's k largest logits, the same as the whole row's, to the bit; the
+    whole-row buffer is not touched (with a GPU's backend top-k no row reaches the host)."""
+    for who in (0, 1):
+        models = pair(MACHINES[0], steady(0.7), vocab=5000)
+        model = models[who]
+        prompt = [1, 10, 11, 12, 13]
+        whole = model.eval(prompt, 0, logits_from=2).copy()
+        model.trim(0)
+        model._out[:] = -1.0
+        model.set_head(40)
+        heads = model.eval(prompt, 0, logits_from=2)
+        assert (model._out == -1.0).all()
+        for i in range(len(whole)):
+            top = np.sort(whole[i])[::-1][:40]
+            assert np.array_equal(np.sort(heads.vals[i])[::-1], top)
+            assert np.array_equal(whole[i][heads.ids[i]], heads.vals[i])

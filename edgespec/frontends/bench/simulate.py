@@ -233,47 +233,53 @@ class SimModel:
         self._weight = np.exp(self._base.astype(np.float64))  # each token's weight in the base row
         self._base_total = float(self._weight.sum())
 
-    def _row(self, out: np.ndarray) -> int:
-        """Fill one row: the base row with one token raised; returns that token."""
+    def _raised(self) -> tuple[int, np.float32]:
+        """The row after the cache's last token: the base row with one token raised to this logit."""
         pos, prev = self.at[-1] + 1, self.kv[-1]
-        out[:] = self._base
         if self.who == "target":
-            token = self.world.target_token(pos, prev)
-            out[token] = 30.0  # the target is sure: p is one-hot-like
-            return token
+            return self.world.target_token(pos, prev), np.float32(30.0)  # the target is sure: p is one-hot-like
         token, sure = self.world.draft_token(pos, prev)
         rest = self._base_total - float(self._weight[token])
-        out[token] = math.log(sure * rest / (1.0 - sure))  # softmax(row)[token] == sure
-        return token
+        return token, np.float32(math.log(sure * rest / (1.0 - sure)))  # softmax(row)[token] == sure
 
-    def _heads(self, rows: np.ndarray, raised: list[int]) -> Heads:
+    def _heads(self, raised: list[tuple[int, np.float32]]) -> Heads:
         """Each row's head_k largest logits: among the base row's largest and the raised token
-        (every other logit is the base's), so a few dozen are compared, not the whole row."""
+        (every other logit is the base's), so a few dozen are compared and no whole row is
+        written: with a GPU backend's top-k, only the head ever reaches the host's memory."""
         k = self.head_k
         if self._base_top.size <= k:
             self._base_top = np.argsort(-self._base, kind="stable")[: 2 * k + 1]
-        ids = np.empty((len(rows), k), dtype=np.int32)
-        for i, token in enumerate(raised):
+        ids = np.empty((len(raised), k), dtype=np.int32)
+        vals = np.empty((len(raised), k), dtype=np.float32)
+        for i, (token, logit) in enumerate(raised):
             cands = np.union1d(self._base_top[: k + 1], [token])
-            ids[i] = cands[np.argsort(-rows[i][cands], kind="stable")[:k]]
-        return Heads(ids, np.take_along_axis(rows, ids, axis=1))
+            row = self._base[cands]
+            row[cands == token] = logit
+            order = np.argsort(-row, kind="stable")[:k]
+            ids[i], vals[i] = cands[order], row[order]
+        return Heads(ids, vals)
 
     def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> Rows:
         t0 = time.perf_counter()
         if pos != len(self.kv):
             raise RuntimeError(f"eval at {pos} but the cache holds {len(self.kv)}")
         n_rows = 0 if logits_from is None else len(tokens) - logits_from
-        out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, self.n_vocab), dtype=np.float32)
         at = self._at(tokens, pos)
         raised = []
         for i, t in enumerate(tokens):
             self.kv.append(int(t))
             self.at.append(at + i)
             if logits_from is not None and i >= logits_from:
-                raised.append(self._row(out[i - logits_from]))
-        rows: Rows = out[:n_rows]
+                raised.append(self._raised())
+        rows: Rows
         if self.head_k and n_rows:
-            rows = self._heads(out[:n_rows], raised)
+            rows = self._heads(raised)
+        else:
+            out = self._out if n_rows <= len(self._out) else np.zeros((n_rows, self.n_vocab), dtype=np.float32)
+            for row, (token, logit) in zip(out, raised):
+                row[:] = self._base
+                row[token] = logit
+            rows = out[:n_rows]
         self.world.wait(self.who, len(tokens), t0)
         self.busy_s += time.perf_counter() - t0
         return rows
