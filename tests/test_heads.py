@@ -9,7 +9,7 @@ import pytest
 
 from edgespec import Engine
 from edgespec.core.penalties import make_penalties
-from edgespec.core.sampling import Head, Heads, SamplingParams, head_k, prob_of, to_dist
+from edgespec.core.sampling import GREEDY_HEAD, Head, Heads, SamplingParams, confidence, head_k, prob_of, to_dist
 from edgespec.frontends.bench.simulate import Curve, Machine, pair, steady
 from tests.conftest import demo_paths
 
@@ -40,6 +40,26 @@ def test_a_head_gives_the_whole_rows_distribution(params: SamplingParams) -> Non
         assert prob_of(head, x, params) == prob_of(row, x, params)
 
 
+def test_a_greedy_head_gives_the_argmax_and_the_heads_own_confidence() -> None:
+    """At T = 0 a head serves the argmax (ties by id, as np.argmax's first index) and the
+    draft's confidence over the head: the whole row's exactly where the rest weighs nothing."""
+    rng = np.random.default_rng(5)
+    greedy = SamplingParams(temperature=0.0)
+    for _ in range(50):
+        row = (rng.normal(size=3000) * 2).astype(np.float32)
+        head = head_of(row, GREEDY_HEAD, rng)
+        assert to_dist(head, greedy).ids.tolist() == [int(row.argmax())]
+        x = int(row.argmax())
+        assert prob_of(head, x, greedy) == prob_of(row, x, greedy) == 1.0
+        vals = np.sort(row.astype(np.float64))[::-1][:GREEDY_HEAD]
+        assert confidence(head, to_dist(head, greedy), greedy) == pytest.approx(1.0 / np.exp(vals - vals[0]).sum())
+    tied = Head(np.array([9, 4, 7], dtype=np.int32), np.array([3.0, 3.0, -200.0], dtype=np.float32))
+    assert to_dist(tied, greedy).ids.tolist() == [4]
+    row = np.full(100, -200.0, dtype=np.float32)
+    row[[4, 9]] = 3.0
+    assert confidence(tied, to_dist(tied, greedy), greedy) == confidence(row, to_dist(row, greedy), greedy) == 0.5
+
+
 def test_a_head_cut_to_a_smaller_vocabulary_keeps_the_ids_below_it() -> None:
     head = Head(np.array([3, 9000, 5], dtype=np.int32), np.array([1.0, 9.0, 2.0], dtype=np.float32))
     cut = head[:100]
@@ -61,13 +81,15 @@ def test_a_head_cannot_serve_top_k_off() -> None:
         to_dist(head, SamplingParams(temperature=0.8, top_k=0))
 
 
-def test_heads_are_asked_for_only_where_sampling_starts_with_top_k() -> None:
+def test_heads_are_asked_for_only_where_sampling_starts_with_top_k_or_is_greedy() -> None:
     base = SamplingParams(temperature=0.8, top_k=40)
     assert head_k(base, 50_000) == 40
-    assert head_k(SamplingParams(temperature=0.0, top_k=40), 50_000) == 0  # greedy reads the whole row
+    assert head_k(SamplingParams(temperature=0.0, top_k=0), 50_000) == GREEDY_HEAD  # whatever top_k says
+    assert head_k(SamplingParams(temperature=0.0), 20) == 19
+    pen = make_penalties(0.0, 0.5, 1.0, 64, None, 50_000)
+    assert head_k(SamplingParams(temperature=0.0, penalties=pen), 50_000) == 0
     assert head_k(SamplingParams(temperature=0.8, top_k=0), 50_000) == 0
     assert head_k(SamplingParams(temperature=0.8, top_k=1000), 50_000) == 0  # past HEAD_MAX
-    pen = make_penalties(0.0, 0.5, 1.0, 64, None, 50_000)
     assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=pen), 50_000) == 0
     bias = make_penalties(0.0, 0.0, 1.0, 64, {5: 3.0}, 50_000)
     assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=bias), 50_000) == 0
@@ -81,10 +103,13 @@ def sim_engine(heads: bool) -> tuple[Engine, list]:
     return Engine(target, draft, name="sim", heads=heads), [target, draft]
 
 
-@pytest.mark.parametrize("k", [0, 3])
-def test_the_engine_generates_the_same_tokens_from_heads(k: int) -> None:
+@pytest.mark.parametrize("k", [0, 3, None])
+@pytest.mark.parametrize("temperature", [0.9, 0.0])
+def test_the_engine_generates_the_same_tokens_from_heads(k: int | None, temperature: float) -> None:
+    """Sampled and greedy, plain, fixed K and adaptive (greedy: its stop rule reads the draft's
+    confidence from the head, which may change the steps but never the tokens)."""
     (on, models), (off, _) = sim_engine(True), sim_engine(False)
-    options = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=11, max_tokens=64)
+    options = dict(temperature=temperature, top_k=40, top_p=0.95, min_p=0.05, seed=11, max_tokens=64)
     spec = dict(speculative=False) if k == 0 else dict(k=k)
     a = on.generate([1, *range(10, 20)], **options, **spec)
     assert all(m.head_k == 40 for m in models), "the engine did not ask for heads"

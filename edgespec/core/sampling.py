@@ -139,13 +139,17 @@ class Heads:
 
 
 HEAD_MAX = 256  # the largest top_k served from heads (llama.cpp's backend top-k grows with k)
+# greedy rows' heads: the argmax, and the draft's confidence in it (the stop rule's hint) over
+# the head, where a confident row's mass is (the tail it leaves out is a few per cent at most)
+GREEDY_HEAD = 40
 
 
 def head_k(params: SamplingParams, n_vocab: int) -> int:
     """The k of the Heads that serve `params` (0: whole rows are needed): sampling that starts
-    with top-k (no penalties or bias before it; a grammar or logprobs also need whole rows)."""
-    k = params.top_k
-    return k if not params.greedy and 0 < k <= HEAD_MAX and k < n_vocab and not params.penalties.active else 0
+    with top-k, or greedy (no penalties or bias before it; a grammar or logprobs also need
+    whole rows)."""
+    k = min(GREEDY_HEAD, n_vocab - 1) if params.greedy else params.top_k
+    return k if 0 < k <= HEAD_MAX and k < n_vocab and not params.penalties.active else 0
 
 
 Rows = np.ndarray | Heads  # what a model's eval returns: whole rows, or their heads (set_head)
@@ -153,7 +157,7 @@ Row = np.ndarray | Head
 
 
 def whole(row: Row) -> np.ndarray:
-    """The row itself, for what needs every logit (penalties, a grammar, logprobs, greedy)."""
+    """The row itself, for what needs every logit (penalties, a grammar, logprobs)."""
     if isinstance(row, Head):
         raise ValueError("internal: a whole logits row was needed but the model returned its head")
     return row
@@ -285,9 +289,13 @@ def confidence(row: Row, dist: Dist, params: SamplingParams) -> float:
     """How sure the model is of its best token: the top probability of `dist`, or at
     temperature 0 (where `dist` is one-hot) of the untempered softmax of the row. The second
     is a hint for the draft's stop rule and never part of a distribution, so on long rows it
-    is estimated: the head exactly, the thin tail from a stride of it."""
+    is estimated: the head exactly, the thin tail from a stride of it; from a Head, over the
+    head alone (what its tail would add is not known: the stop rule learns what it means)."""
     if not params.greedy:
         return float(dist.probs.max())
+    if isinstance(row, Head):
+        vals = row.vals.astype(np.float64)
+        return 1.0 / float(_sum(np.exp(vals - vals.max())))
     logits = whole(row)
     top = float(logits[int(dist.ids[0])])  # the argmax
     if logits.shape[0] < 256 * _SURE_STRIDE or not math.isfinite(top):
