@@ -136,7 +136,7 @@ def test_llama_cpps_backend_top_k_gives_the_whole_rows_distribution() -> None:
         rows = np.array(whole.eval(tokens, 0, logits_from=2))
         got = heads.eval(tokens, 0, logits_from=2)
         assert isinstance(got, Heads) and len(got) == len(rows)
-        for params in SETTINGS[:2]:
+        for params in [*SETTINGS[:2], SamplingParams(temperature=0.0)]:
             for i in range(len(rows)):
                 want, have = to_dist(rows[i], params), to_dist(got[i], params)
                 assert np.array_equal(want.ids, have.ids) and np.array_equal(want.probs, have.probs)
@@ -145,6 +145,32 @@ def test_llama_cpps_backend_top_k_gives_the_whole_rows_distribution() -> None:
     finally:
         whole.close()
         heads.close()
+
+
+@pytest.mark.real
+def test_the_real_pair_says_the_same_from_heads_greedy_and_sampled() -> None:
+    """The demo pair with llama.cpp's backend top-k forced on (as on a GPU) against whole rows,
+    through the engine: the same tokens at T = 0 with the adaptive controller (the stop rule
+    reads the draft's confidence from its head) and at T = 0.8 with a seed at K = 3."""
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    from edgespec.llama.backend import LlamaModel
+
+    out = []
+    for heads in (True, False):
+        models = [LlamaModel(p, n_ctx=512, heads=heads) for p in paths]
+        engine = Engine(models[0], models[1], name="demo", heads=heads)
+        try:
+            prompt = models[0].tokenize("def mean(xs):\n    return", add_special=True, parse_special=False)
+            greedy = engine.generate(prompt, temperature=0.0, max_tokens=24)  # adaptive: K from the clock
+            assert all((m._head_k > 0) == heads for m in models)
+            sampled = engine.generate(prompt, temperature=0.8, seed=3, k=3, max_tokens=24)  # (K moves the draws)
+            got = [greedy, sampled]
+            out.append([g.tokens for g in got])
+        finally:
+            engine.close()
+    assert out[0] == out[1] and all(len(t) == 24 for t in out[0])
 
 
 def test_a_head_shorter_than_top_k_is_refused() -> None:
