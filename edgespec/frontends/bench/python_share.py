@@ -5,9 +5,9 @@ tokens costs one 20 ms step, a draft token 3 ms) at 49k / 152k / 262k vocabulari
 rows that have a long tail (simulate.SimModel), through the real engine and decoder with
 the adaptive controller and prompt lookup on (as by default; the simulated text seldom
 repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
-0.05, or top-p alone) and greedy. At top_k 40 the rows come as their top 40 (`Heads`), as
-llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`); the fake
-models find them inside the eval's time. The share is the generation's time outside both models'
+0.05, or top-p alone) and greedy. At top_k 40 and greedy the rows come as their top 40
+(`Heads`), as llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`);
+the fake models find them inside the eval's time, without writing a whole row. The share is the generation's time outside both models'
 evals over its whole time: sampling both models' rows, verification, the controller,
 bookkeeping. The fake models' own row filling counts as theirs (it is inside the eval's
 cost, as a GPU's logits copy is). Each line is measured twice: with the host spinning while a
