@@ -121,7 +121,7 @@ class LookupIndex:
         self._prev: list[array[int]] = [array("q") for _ in self._sizes()]
         self.rules = Replacements(replace)  # learnt from copies resumed after an edit (`_resumed`)
         # _match by cut: a function of the tokens before the cut and the base, so kept while those
-        # stay (each proposal looks for a match at the end and at the RESYNC_SKIP cuts before it)
+        # stay (each proposal looks for a match at the end and at the `resync` cuts before it)
         self._matched: dict[int, tuple[int, int]] = {}
 
     def __len__(self) -> int:
@@ -145,8 +145,8 @@ class LookupIndex:
             self._reset(end - self.max_tokens)
             tokens = tokens[len(tokens) - self.max_tokens :]
         first = len(self)
-        if len(self._matched) > 4 * RESYNC_SKIP:  # only the last few cuts are looked at again
-            self._matched = {c: m for c, m in self._matched.items() if c >= first - RESYNC_SKIP}
+        if len(self._matched) > 4 * self.resync + 4:  # only the last few cuts are looked at again
+            self._matched = {c: m for c, m in self._matched.items() if c >= first - self.resync}
         self._toks.extend(tokens)
         self._index_from(first)
         if self.rules:

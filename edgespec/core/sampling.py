@@ -36,8 +36,8 @@ from . import defaults
 from .penalties import Penalties
 from .top_p import untruncated_head
 
-# ndarray.sum and np.count_nonzero, less their Python wrappers (a few us a call on a row
-# of 40 read right after a model's eval, at a dozen rows a step)
+# ndarray.sum less its Python wrapper (a few us a call on a row of 40 read right after a
+# model's eval, at a dozen rows a step)
 _sum = np.add.reduce
 
 
@@ -70,15 +70,16 @@ class Dist:
         self.ids = ids
         self.probs = probs
         self._cdf: np.ndarray | None = None
-        self._last: tuple[int, float] = (-1, 0.0)
+        self._last: tuple[int, float] | None = None
 
     @classmethod
     def one_hot(cls, token: int) -> Dist:
         return cls(np.array([token], dtype=np.int64), np.ones(1))
 
     def prob(self, token: int) -> float:
-        if self._last[0] == token:
-            return self._last[1]
+        last = self._last
+        if last is not None and last[0] == token:
+            return last[1]
         hit = (self.ids == token).nonzero()[0]
         p = float(self.probs[hit[0]]) if hit.size else 0.0
         self._last = (token, p)
@@ -237,7 +238,7 @@ def _keep(vals: np.ndarray, params: SamplingParams) -> int:
         # smallest prefix whose mass reaches top_p (at least one token)
         keep = min(keep, int(probs.cumsum().searchsorted(params.top_p)) + 1)
     if params.min_p > 0.0:
-        keep = min(keep, int(_sum(probs >= params.min_p * probs[0])))
+        keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
     return max(keep, 1)
 
 

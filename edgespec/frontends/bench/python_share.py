@@ -7,12 +7,13 @@ the adaptive controller and prompt lookup on (as by default; the simulated text 
 repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
 0.05, or top-p alone) and greedy. At top_k 40 and greedy the rows come as their top 40
 (`Heads`), as llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`);
-the fake models find them inside the eval's time, without writing a whole row. The share is the generation's time outside both models'
-evals over its whole time: sampling both models' rows, verification, the controller,
-bookkeeping. The fake models' own row filling counts as theirs (it is inside the eval's
-cost, as a GPU's logits copy is). Each line is measured twice: with the host spinning while a
-model evaluates (CUDA's default sync) and asleep (Metal's, or a blocking sync), which wakes
-with cold caches: the same Python costs more after a sleep.
+the fake models find them inside the eval's time, without writing a whole row. The share
+is the generation's time outside both models' evals over its whole time: sampling both
+models' rows, verification, the controller, bookkeeping. The fake models' own row filling
+counts as theirs (it is inside the eval's cost, as a GPU's logits copy is). Each line is
+measured twice: with the host spinning while a model evaluates (CUDA's default sync) and
+asleep (Metal's, or a blocking sync), which wakes with cold caches: the same Python costs
+more after a sleep.
 
 `python -m edgespec.frontends.bench.python_share` prints the table; `make bench` runs it.
 """
