@@ -174,6 +174,30 @@ def test_draft_with_a_larger_vocabulary_never_proposes_ids_the_target_lacks() ->
     assert all(t < 64 for t in toks) and last.stats.n_drafted > 0
 
 
+class StrictModel(FakeModel):
+    """Refuses an id past its vocabulary, as llama.cpp's decode does."""
+
+    def eval(self, tokens, pos, logits_from=None):  # type: ignore[no-untyped-def]
+        assert all(0 <= t < self.n_vocab for t in tokens), f"fed an id the model lacks: {list(tokens)}"
+        return super().eval(tokens, pos, logits_from)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_draft_with_a_smaller_vocabulary_is_never_fed_ids_it_lacks(k: int) -> None:
+    """The target's ids past the draft's (in the prompt and in the output) reach the draft as
+    0; a bonus token past them scores 0; greedy output is still plain decoding's."""
+    params = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0)
+    dec = Decoder(FakeModel(64), StrictModel(56, seed=5))
+    toks, _, last = run(dec, k, n=80, params=params, prompt=[1, 60, 5, 61])
+    assert any(t >= 56 for t in toks) and last.stats.n_drafted > 0
+    assert dec.draft is not None and any(t >= 56 for t in dec.draft.tokens)  # kept as committed
+    row = np.zeros(56, dtype=np.float32)
+    assert dec._score(row, 60, 0.5, params) == 0.0 and dec._score(row, 7, 0.5, params) == pytest.approx(1 / 28)
+    plain, _, _ = run(Decoder(FakeModel(64)), 0, prompt=[1, 60, 5, 61])
+    spec, _, _ = run(Decoder(FakeModel(64), StrictModel(56, seed=5)), k, prompt=[1, 60, 5, 61])
+    assert spec == plain
+
+
 def test_each_event_carries_its_own_stats_snapshot() -> None:
     eng = make_engine(noise=0.5)
     events = list(eng.stream("t5 t9", temperature=0.0, max_tokens=20, k=3))

@@ -20,11 +20,19 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Cache:
-    """What one model's KV cache holds, kept in step with llama.cpp's."""
+    """What one model's KV cache holds, kept in step with llama.cpp's. `foreign`: a draft with
+    fewer ids than the target (a family's padding, a fine-tune's added tokens) reads the ids it
+    lacks as 0 (llama.cpp refuses an id past its vocabulary; only the draft's guesses after it
+    change, never the output), and `tokens` keeps them as committed."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, foreign: bool = False) -> None:
         self.model = model
         self.tokens: list[int] = []
+        self._lacks = model.n_vocab if foreign else None  # the first id the model lacks
+
+    def _fed(self, tokens: Sequence[int]) -> Sequence[int]:
+        n = self._lacks
+        return tokens if n is None else [t if t < n else 0 for t in tokens]
 
     def cut(self, n: int) -> None:
         # Always ask llama.cpp: after a failed decode it may hold more than we know of.
@@ -45,12 +53,12 @@ class Cache:
             if cancel is not None and cancel.is_set():
                 break
             chunk = list(tokens[n : n + PREFILL_CHUNK])
-            self.model.eval(chunk, n)
+            self.model.eval(self._fed(chunk), n)
             self.tokens.extend(chunk)
             n += len(chunk)
         return n - start
 
     def extend(self, tokens: Sequence[int], logits_from: int) -> Rows:
-        rows = self.model.eval(tokens, len(self.tokens), logits_from)
+        rows = self.model.eval(self._fed(tokens), len(self.tokens), logits_from)
         self.tokens.extend(tokens)
         return rows

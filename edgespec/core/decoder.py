@@ -81,7 +81,7 @@ class Decoder:
     def __init__(self, target: Model, draft: Model | None = None, *, lookup: bool = False, heads: bool = True) -> None:
         self.target = Cache(target)
         self.heads = heads  # rows as the models' top-k (set_head) where a request's sampling allows
-        self.draft = Cache(draft) if draft is not None else None
+        self.draft = Cache(draft, foreign=draft.n_vocab < target.n_vocab) if draft is not None else None
         # prompt lookup's index over committed tokens, kept across requests like the caches
         self.index = LookupIndex() if lookup else None
         self.n_ctx = min(target.n_ctx, draft.n_ctx) if draft is not None else target.n_ctx
@@ -288,7 +288,7 @@ class Decoder:
 
     def _score(self, row: Row, x: int, px: float, params: SamplingParams) -> float:
         """min(1, q(x) / p(x)): the chance a draft of the committed x would have been accepted."""
-        return min(1.0, prob_of(row[self._shared], x, params) / px)
+        return min(1.0, prob_of(row[self._shared], x, params) / px) if x < self.n_vocab else 0.0  # q = 0 past it
 
     def _draft(
         self,
