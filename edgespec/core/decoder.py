@@ -128,8 +128,8 @@ class Decoder:
             self._restore()
 
     def _set_heads(self, req: Request) -> None:
-        """Ask the models for rows as their top-k where the request's sampling starts with it
-        and nothing needs whole rows (a grammar, logprobs); else for whole rows."""
+        """Ask the models for rows as their top-k where the request's sampling starts with it or
+        is greedy (sampling.head_k) and nothing needs whole rows (a grammar, logprobs)."""
         ok = self.heads and req.grammar is None and req.logprobs is None
         k = head_k(req.params, self.n_vocab) if ok else 0
         for cache in (c for c in (self.target, self.draft) if c is not None):

@@ -106,8 +106,8 @@ class Dist:
 class Head:
     """A row's `k` largest logits as the model's backend found them (llama.cpp's backend
     top-k: on a GPU only these leave the device): `vals[j]` is the logit of `ids[j]`, exact,
-    in no particular order. Holds all to_dist needs at top_k <= k with nothing before top-k
-    (no penalties, bias or grammar: the decoder asks for heads only then). `head[:n]` keeps the ids
+    in no particular order. Holds all to_dist needs at top_k <= k, or greedy, with nothing
+    before top-k (no penalties, bias or grammar: the decoder asks for heads only then). `head[:n]` keeps the ids
     below n (a draft vocabulary a little larger than the target's, as a row is cut); `head[:]` is itself."""
 
     __slots__ = ("ids", "vals")
