@@ -165,6 +165,22 @@ def test_plain_steps_leave_the_draft_steps_fit_as_it_was() -> None:
     assert times.curve()[0] == pytest.approx(0.027)
 
 
+def test_the_curve_is_worked_out_once_a_step_however_often_it_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the controller asks for the curve some nine times a step: only a timed step moves it
+    times = line_times((0, 2, 4))
+    fits = []
+    fit = StepTimes._fit
+    monkeypatch.setattr(StepTimes, "_fit", lambda self, top: fits.append(top) or fit(self, top))
+    for step in range(6):
+        for _ in range(9):
+            times.curve()
+        assert len(fits) == step + 1
+        before = times.curve()[4]
+        for _ in range(9):  # K = 4 turns dearer: the next ask sees it
+            times.add(4, 0.2 + 0.01 * step, 0.05)
+        assert times.curve()[4] > before
+
+
 def test_a_k_timed_once_does_not_bend_the_curve_until_a_second_step_confirms_it() -> None:
     # a new batch shape's first call is slow (llama.cpp builds its graph): one K = 9 step at
     # 1.5x the line must not make K = 8-12 look dear; a second step is trusted

@@ -80,6 +80,7 @@ class StepTimes:
         self._drafts = 0  # draft steps timed (draft_slope changes only then)
         self._at = [0] * (k_max + 1)  # the clock when each K was last timed
         self._curve: tuple[tuple, list[float], int] = ((), [], 0)  # (key, curve, frontier): curve()
+        self._curve_at = -1  # the clock when curve() last looked (only add() moves what it reads)
         self._body: tuple[tuple, list[tuple[int, float, float]]] = ((), [])  # (key, smoothed draft K): _points()
         self._slope: tuple[int, float] = (-1, 0.0)  # (draft steps timed, draft_slope())
         # per K, the steps timed at least SETTLE steps after a change of K, and the others
@@ -206,6 +207,9 @@ class StepTimes:
     def curve(self) -> list[float]:
         """Estimated seconds of a step at each K = 0..reach + 1 (see the module docstring);
         computed again when a draft step was timed or the plain step's median or weight moved."""
+        if self._curve_at == self.clock:  # asked several times a step: nothing moved since
+            return self._curve[1]
+        self._curve_at = self.clock
         head = self.by_k[0]
         plain = self.value(0) if head.n else None
         key = (self._drafts, plain, len(head.samples), self.clock - self._at[0], self.reshape())
