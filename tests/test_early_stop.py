@@ -147,4 +147,4 @@ def test_adaptive_controller_in_the_loop_keeps_greedy_output(monkeypatch: pytest
             for t in s.tokens]  # fmt: skip
     assert spec == plain
     assert seen and all(k == n for k, n in seen)  # one confidence per drafted token
-    assert sum(ctrl.acc.sure_tried) > 0 and max(thresholds) > 0  # the rule did stop drafting
+    assert sum(ctrl.acc.free.sure_tried) > 0 and max(thresholds) > 0  # the rule did stop drafting

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgespec.core.acceptance import COPY_MATCH
 from edgespec.core.controller import LOOKUP, MODEL, PROBE_EVERY, AdaptiveK, StepOutcome
 from edgespec.core.lookup import Proposal
 from edgespec.core.lookup_policy import L_MAX, LookupPolicy, VerifyTimes
@@ -299,3 +300,25 @@ def test_no_catch_up_the_rest_of_the_answer_cannot_repay() -> None:
     ctrl.begin(max_tokens=int(0.7 * feed / ctrl.times.best_saving()))
     assert ctrl.plan(lag, None).k == 0
     assert ctrl.plan(1, None).k > 0  # nothing to feed: the model still drafts
+
+
+def test_the_models_acceptance_where_lookup_finds_a_copy_is_kept_apart() -> None:
+    # beside lookup the model drafts mostly where a copy broke off, its hardest tokens: that
+    # record is not what it is judged on where a copy holds, and the other way round
+    ctrl = _hybrid_measured(0.0005)
+    copy = Proposal(tokens=tuple(range(10, 26)), n=COPY_MATCH, source=0, seen=1, agree=1)
+    for _ in range(40):
+        ctrl.plan(0, None)  # free text: the model's drafts mostly rejected of late
+        ctrl.observe(StepOutcome(4, 0, 0.016, cpu_like(5), cpu_like(5) + 0.016))
+    free = ctrl.pooled()
+    assert free < 0.3
+    ctrl.plan(0, copy)
+    assert ctrl.pooled() == pytest.approx(free, abs=0.05)  # no copy drafted yet: judged as elsewhere
+    for _ in range(40):
+        ctrl.plan(0, copy)  # where a copy holds the model's drafts are all accepted
+        ctrl.observe(StepOutcome(4, 4, 0.016, cpu_like(5), cpu_like(5) + 0.016, match=COPY_MATCH))
+    assert ctrl.pooled() > 0.9
+    assert ctrl.speed(4) > 2 * ctrl.speed(0)
+    ctrl.plan(0, Proposal(tokens=(10, 11), n=COPY_MATCH - 1, source=0, seen=1, agree=1))  # a short match
+    assert ctrl.pooled() == pytest.approx(free, abs=0.02)
+    assert ctrl.speed(4) < ctrl.speed(0)

@@ -19,8 +19,8 @@ as far again to measure it, `StepTimes.reach`). Any shape is learnt that way: a 
 line, a GPU's flat-then-rising verify, a fixed cost for switching models, rebuilds after
 a change of K (`best_k` then keeps its K for small gains). K goes up to k_max (defaults.K_MAX
 = 32). One `StepTimes` per engine: a new temperature starts with the machine's costs known.
-alpha_i (`Acceptance`) follow the text: a long memory, and a change test that jumps to a
-turned text within a few steps.
+alpha_i (`Acceptance`, kept apart where lookup finds a copy: `ByContext`) follow the text: a
+long memory, and a change test that jumps to a turned text within a few steps.
 
 Exploration: every PROBE_EVERY steps (fewer where a change of K costs a rebuild) it tries a
 neighbour of its best K, every fourth a plain step, so T(0) stays fresh. When K = 0 wins it
@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 
 from . import defaults
-from .acceptance import SURE_EDGES, Acceptance
+from .acceptance import SURE_EDGES, ByContext
 from .lookup import Proposal
 from .lookup_policy import DECAY as LOOKUP_DECAY
 from .lookup_policy import LookupPolicy
@@ -77,7 +77,7 @@ class AdaptiveK:
         self.k_max = k_max
         self.model = model  # a draft model is there (else only lookup, or plain steps)
         self.p_min = p_min  # a floor under the learned stop threshold (a pair option)
-        self.acc = Acceptance(k_max, prior_alpha)
+        self.acc = ByContext(k_max, prior_alpha)  # the model's acceptance, apart where lookup finds a copy
         self.times = times if times is not None else StepTimes(k_max)
         if self.times.k_max != k_max:
             raise ValueError("the shared step times were made for another k_max")
@@ -194,6 +194,8 @@ class AdaptiveK:
         and plain decoding's (a copy costs no draft time; once lookup no longer beats
         plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
+        if self.acc.use(proposal.n if proposal is not None else 0):
+            self._speeds = None  # the step is judged on the other record's acceptance
         if not self.model:
             return self._lookup_or(Plan(0), self._offer(proposal, (0.0, 0.0)), self.lookup.plain_speed())
         best = self.best_k()
