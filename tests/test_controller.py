@@ -456,7 +456,7 @@ def test_a_k_a_few_percent_off_its_neighbours_line_does_not_become_the_best() ->
         a = 0
         while a < 16 and rng.random() < 0.97:
             a += 1
-        ctrl.acc.observe(16, a, ())
+        ctrl.acc.now.observe(16, a, ())
     alpha = ctrl.alpha()
     best = max(range(13), key=lambda k: ctrl.expected_tokens(k, alpha) / line(k))
     assert best == 7 and ctrl.best_k() == best  # unsmoothed, the cheap K = 4 wins

@@ -239,7 +239,7 @@ def test_a_short_copy_is_charged_the_catch_up_it_starts_and_each_token_it_adds()
     ctrl.observe(StepOutcome(*model, catch_up_s=0.334, catch_up_n=128))
     for _ in range(30):
         ctrl.lookup.record(2, 2, 2)  # two-token copies, always accepted of late
-        ctrl.acc.observe(4, 2, ())  # the model's drafts: half accepted of late
+        ctrl.acc.now.observe(4, 2, ())  # the model's drafts: half accepted of late
     offer = Proposal(tokens=(10, 11), n=2, source=0, seen=1, agree=1)
     # uncharged, the copy's step beats the model's: two tokens for a 3-token verify
     assert ctrl.lookup.best(2, 2)[1] > ctrl.speed(ctrl.best_k())

@@ -216,8 +216,8 @@ class ByContext:
     target pass (a GPU's cheap draft), on virtual costs at T = 0 the hybrid made 77 tok/s on
     revise against model-only's 115 (98.7 kept apart), on extract 106 against 115 (130).
     The copy record leans on the other's pooled rate until it has evidence of its own
-    (docs/bench-history.md, stop 45). `use(match)` picks the record for the next step: its
-    plan, and the evidence its outcome gives."""
+    (docs/bench-history.md, stop 45). `use(match)` picks the record for the next step (`now`):
+    its plan is made on it, and its outcome is evidence for it."""
 
     def __init__(self, positions: int, prior: float = 0.6) -> None:
         self.free = Acceptance(positions, prior)
@@ -230,21 +230,3 @@ class ByContext:
         now = self.copy if match >= COPY_MATCH else self.free
         changed, self.now = now is not self.now, now
         return changed
-
-    def pooled(self) -> float:
-        return self.now.pooled()
-
-    def alpha(self) -> list[float]:
-        return self.now.alpha()
-
-    def by_sure(self) -> list[float]:
-        return self.now.by_sure()
-
-    def observe(self, k: int, n_accepted: int, sure: tuple[float, ...]) -> None:
-        self.now.observe(k, n_accepted, sure)
-
-    def observe_bonus(self, score: float) -> None:
-        self.now.observe_bonus(score)
-
-    def observe_scores(self, scores: Sequence[float]) -> None:
-        self.now.observe_scores(scores)

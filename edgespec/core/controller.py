@@ -109,13 +109,13 @@ class AdaptiveK:
 
     # -- the model -------------------------------------------------------------------------
     def pooled(self) -> float:
-        return self.acc.pooled()
+        return self.acc.now.pooled()
 
     def alpha(self) -> list[float]:
-        return self.acc.alpha()
+        return self.acc.now.alpha()
 
     def sure_acceptance(self) -> list[float]:
-        return self.acc.by_sure()
+        return self.acc.now.by_sure()
 
     def expected_tokens(self, k: int, alpha: list[float] | None = None) -> float:
         alpha = alpha if alpha is not None else self.alpha()
@@ -371,16 +371,16 @@ class AdaptiveK:
             self.lookup.record(o.match, *o.shadow)
         self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not (o.shadow[0] or copy_scored))
         if o.bonus is not None:
-            self.acc.observe_bonus(o.bonus)
+            self.acc.now.observe_bonus(o.bonus)
         if o.scores:
-            self.acc.observe_scores(o.scores)
+            self.acc.now.observe_scores(o.scores)
         elif self._asked:
             self._unscored, self._recover_at = True, self.steps + 1  # not scored (constraints): probe next
         self._asked = False
         if copy_scored:
             self.lookup.record(o.extended_match, copied, copied_accepted, fade=not o.shadow[0])
         if own > 0:
-            self.acc.observe(own, own_accepted, o.sure[:own])
+            self.acc.now.observe(own, own_accepted, o.sure[:own])
             if self._plain and o.n_accepted == o.k:
                 self._recover_at = self.steps + 1
         if not self._plain:
