@@ -212,8 +212,8 @@ class ByContext:
     """The model's acceptance kept apart where prompt lookup finds a copy that has held for
     COPY_MATCH tokens or more, and elsewhere. Beside lookup the model drafts mostly where a
     copy broke off, its hardest tokens; judged by that record where a copy holds, a draft
-    that copies as well as lookup does looked slower than it is. With a draft token 0.07 of a
-    target pass (a GPU's cheap draft), on virtual costs at T = 0 the hybrid made 77 tok/s on
+    that copies as well as lookup does looked slower than it is. With a draft token 0.11 of a
+    plain step (a GPU's cheap draft), on virtual costs at T = 0 the hybrid made 77 tok/s on
     revise against model-only's 115 (98.7 kept apart), on extract 106 against 115 (130).
     The copy record leans on the other's pooled rate until it has evidence of its own
     (docs/bench-history.md, stop 45). `use(match)` picks the record for the next step (`now`):
