@@ -86,6 +86,7 @@ class Acceptance:
         self.changes = 0  # turns of the text detected so far
         self._n_tried = self._n_accepted = 0.0  # sums of tried and accepted, kept as they change
         self._alpha: list[float] | None = None  # alpha() until the counts change
+        self._alpha_pooled = 0.0  # the pooled rate _alpha was shrunk towards
 
     def pooled(self) -> float:
         """Acceptance over all positions (the prior before any draft token was verified); with
@@ -109,8 +110,9 @@ class Acceptance:
         return [(a + SHRINK * pooled) / (t + SHRINK) for a, t in zip(accepted, tried)]
 
     def alpha(self) -> list[float]:
-        if self._alpha is None or self.base is not None:  # a base's evidence moves this one's rates
-            self._alpha = self._shrunk(self.accepted, self.tried)
+        pooled = self.pooled()  # moved by this record's counts, or by a base's evidence
+        if self._alpha is None or pooled != self._alpha_pooled:
+            self._alpha, self._alpha_pooled = self._shrunk(self.accepted, self.tried), pooled
         return self._alpha
 
     def by_sure(self) -> list[float]:
@@ -224,9 +226,6 @@ class ByContext:
         self.copy = Acceptance(positions, prior, base=self.free)
         self.now = self.free
 
-    def use(self, match: int) -> bool:
-        """Select the record for a step whose lookup proposal matched `match` tokens (0: none);
-        True if that changed the record in use."""
-        now = self.copy if match >= COPY_MATCH else self.free
-        changed, self.now = now is not self.now, now
-        return changed
+    def use(self, match: int) -> None:
+        """Select the record for a step whose lookup proposal matched `match` tokens (0: none)."""
+        self.now = self.copy if match >= COPY_MATCH else self.free

@@ -85,7 +85,8 @@ class AdaptiveK:
         self._warmup = WARMUP_ACCEPTANCE if self.times.measured() else WARMUP
         self.steps, self._seen, self._probes = 0, 0, 0
         self._speeds: list[float] | None = None
-        self._speeds_at = -1  # own observations when _speeds was computed (and _curve, the costs it used)
+        # own observations and the acceptance record when _speeds was computed (and _curve, the costs it used)
+        self._speeds_at: tuple[int, object] = (-1, None)
         self._curve: list[float] = []
         self._plain, self._recover_at = False, 0  # plain decoding chosen (not a probe); when to check it
         self._lookup_share = 0.0  # the share of recent steps lookup would take from a caught-up model
@@ -132,10 +133,10 @@ class AdaptiveK:
 
     def speeds(self) -> list[float]:
         """Expected tokens per second for K = 0..reach + 1 (kept until this controller's next
-        observation or a move of the shared step-cost curve)."""
+        observation, a change of acceptance record, or a move of the shared step-cost curve)."""
         curve = self.times.curve()  # the same list until the costs move
-        if self._speeds is None or self._speeds_at != self._seen or curve is not self._curve:
-            self._speeds_at = self._seen
+        if self._speeds is None or self._speeds_at != (self._seen, self.acc.now) or curve is not self._curve:
+            self._speeds_at = (self._seen, self.acc.now)
             self._curve = curve
             alpha = self.alpha()
             e, run, self._speeds = 1.0, 1.0, []
@@ -194,8 +195,7 @@ class AdaptiveK:
         and plain decoding's (a copy costs no draft time; once lookup no longer beats
         plain, the lag stops counting against the model and it comes back)."""
         self.steps += 1
-        if self.acc.use(proposal.n if proposal is not None else 0):
-            self._speeds = None  # the step is judged on the other record's acceptance
+        self.acc.use(proposal.n if proposal is not None else 0)  # the record the step is judged on
         if not self.model:
             return self._lookup_or(Plan(0), self._offer(proposal, (0.0, 0.0)), self.lookup.plain_speed())
         best = self.best_k()
