@@ -8,7 +8,7 @@ import pytest
 from edgespec.core.acceptance import COPY_MATCH
 from edgespec.core.controller import LOOKUP, MODEL, PROBE_EVERY, AdaptiveK, StepOutcome
 from edgespec.core.lookup import Proposal
-from edgespec.core.lookup_policy import L_MAX, LookupPolicy, VerifyTimes
+from edgespec.core.lookup_policy import GROWTH, L_MAX, STALE, LookupPolicy, VerifyTimes
 
 
 def cpu_like(n: int) -> float:
@@ -29,6 +29,50 @@ def test_verify_costs_are_the_medians_where_measured_and_a_line_between() -> Non
     assert vt.cost(9) == pytest.approx(cpu_like(9), rel=0.02)  # extrapolated along the line
     assert all(vt.cost(n) <= vt.cost(n + 1) for n in range(1, L_MAX + 1))
     assert VerifyTimes().cost(3) == 0.0  # nothing measured: no guess
+
+
+def test_a_size_timed_long_ago_is_believed_only_where_the_sizes_timed_since_say_no_less() -> None:
+    slow, other = VerifyTimes(stale=8), VerifyTimes()
+    for vt in (slow, other):
+        for _ in range(3):
+            vt.add(1, cpu_like(1))
+            vt.add(5, 10 * cpu_like(5))  # a slow minute, while 5-token batches were verified
+        for _ in range(9):
+            vt.add(1, cpu_like(1))  # then plain steps only
+    assert other.cost(5) == pytest.approx(10 * cpu_like(5))  # without `stale` the slow minute stays
+    assert slow.cost(5) == pytest.approx(cpu_like(1) * (1 + 4 * GROWTH))  # the prior from the size timed since
+    slow.add(5, cpu_like(5))  # timed again: the old timings are gone, the new one counts alone
+    assert slow.cost(5) == pytest.approx(cpu_like(5))
+    fast = VerifyTimes(stale=8)
+    for _ in range(3):
+        fast.add(1, cpu_like(1))
+        fast.add(5, cpu_like(5))
+    for _ in range(9):
+        fast.add(1, 10 * cpu_like(1))  # the machine slowed down since: the older, lower timing holds
+    assert fast.cost(5) == pytest.approx(cpu_like(5))
+
+
+def test_draftless_lookup_comes_back_after_a_slow_minute() -> None:
+    # a draftless engine times lookup's batch sizes only when it takes lookup: timings from a
+    # slow minute kept it plain for good (the bench's draftless column, copying 0% after one)
+    ctrl = AdaptiveK(model=False)
+    offer = Proposal(tokens=tuple(range(10, 26)), n=4, source=0, seen=1, agree=1)
+
+    def step(slow: float = 1.0) -> str:
+        plan = ctrl.plan(0, offer)
+        if plan.source == LOOKUP:
+            t = slow * cpu_like(plan.k + 1)
+            ctrl.observe(StepOutcome(plan.k, plan.k, 0.0, t, t + 0.0005, source=LOOKUP, match=4))
+        else:  # the copy would have held: its tokens are what the plain step committed
+            ctrl.observe(StepOutcome(0, 0, 0.0, cpu_like(1), cpu_like(1) + 0.0005, match=4, shadow=(1, 1)))
+        return plan.source
+
+    sources = [step() for _ in range(40)]
+    assert sources[-1] == LOOKUP
+    sources = [step(slow=10.0) for _ in range(20)]
+    assert sources[-1] != LOOKUP  # lookup's steps cost ten times more for a while: plain wins
+    sources = [step() for _ in range(STALE + 8)]
+    assert sources[-1] == LOOKUP
 
 
 def feed(policy: LookupPolicy, match: int, accept: float, steps: int, k: int = 8) -> None:

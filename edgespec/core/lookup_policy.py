@@ -37,6 +37,9 @@ SHRINK = 4.0  # pseudo-counts pulling each position's rate towards the pooled on
 DECAY = 0.9  # per scored step: about ten steps of memory, so a turn from copying to prose shows fast
 IDLE_DECAY = 0.99  # per step with nothing scored (and for the other match lengths): old evidence fades
 GROWTH = 0.1  # v(n) / v(1) - 1 per extra token, assumed until two batch sizes were measured
+# target timings after which a batch size's own go stale (VerifyTimes): a machine's load moves over
+# seconds, and 64 steps of 15-60 ms are 1-4 s; checking a stale size again costs at most a step
+STALE = 64
 # the match lengths a record is kept for (each row: from its length to the next's); 1-3 are
 # n-grams shorter than the index's longest, 4 and up how far back the copy has held (MATCH_MAX)
 ROWS = (1, 2, 3, 4, 8, 16)
@@ -45,11 +48,22 @@ BORROW = 8  # rows from this length on start from the shorter row's rate, not PR
 
 class VerifyTimes:
     """Median seconds of a target pass over n tokens, n = 1..n_max, measured: every batch a
-    step verifies, up to a model draft of K_MAX that lookup finished with L_MAX more."""
+    step verifies, up to a model draft of K_MAX that lookup finished with L_MAX more.
 
-    def __init__(self, n_max: int = defaults.K_MAX + L_MAX + 1) -> None:
-        self.n_max = n_max
+    With `stale` (the target's table): a size not timed in the last `stale` timings is no
+    longer trusted above what the sizes timed since say (the line through them, or the
+    GROWTH prior from one), and its old timings go when it is timed again. A draftless engine
+    times plain steps every step but a lookup size only when lookup is taken, and lookup is
+    taken only when its sizes look cheap: timings from a slow minute (a compile, another
+    process) had kept lookup off for good, every copy afterwards decoded plainly (extract at
+    T = 0 61 tok/s against 140; docs/bench-history.md, stop 46)."""
+
+    def __init__(self, n_max: int = defaults.K_MAX + L_MAX + 1, stale: int | None = None) -> None:
+        self.n_max, self.stale = n_max, stale
         self._by_n = [Recent() for _ in range(n_max + 1)]
+        self._clock = 0  # timings added
+        self._at = [0] * (n_max + 1)  # per n, the clock at its last timing
+        self._expiry = 0  # the clock at which the next size goes stale (estimates are recomputed then)
         self._table: dict[int, float] = {}  # cost(n) asked since the last add
         self._pts: list[tuple[int, float]] | None = None  # measured() since the last add
         self._floor: list[float] | None = None  # per n, the largest measured time of a smaller batch
@@ -58,16 +72,30 @@ class VerifyTimes:
 
     def add(self, n: int, seconds: float) -> None:
         if 1 <= n <= self.n_max:
+            self._clock += 1
             r = self._by_n[n]
+            if self._stale(n):
+                r.samples.clear()  # timed again after a long while: the old timings are another minute's
+            self._at[n] = self._clock
             old = r.value if r.samples else None
             r.add(seconds)
-            if r.value != old:  # a median that did not move changes no estimate
+            expired = self.stale is not None and self._clock >= self._expiry
+            if expired:
+                live = [self._at[m] + self.stale + 1 for m, _ in self.measured(fresh=False) if not self._stale(m)]
+                self._expiry = min(live, default=self._clock + self.stale + 1)
+            if r.value != old or expired:  # a median that did not move changes no estimate
                 self._table.clear()
                 self._pts = self._fit = self._floor = None
 
-    def measured(self) -> list[tuple[int, float]]:
+    def _stale(self, n: int) -> bool:
+        return self.stale is not None and self._clock - self._at[n] > self.stale
+
+    def measured(self, fresh: bool = True) -> list[tuple[int, float]]:
+        """(n, median) of the sizes timed (with `stale`, of those timed lately, unless not `fresh`)."""
+        if not fresh:
+            return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
         if self._pts is None:
-            self._pts = [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
+            self._pts = [(n, r.value) for n, r in enumerate(self._by_n) if r.samples and not self._stale(n)]
         return self._pts
 
     def cost(self, n: int) -> float:
@@ -87,12 +115,14 @@ class VerifyTimes:
 
     def _estimate(self, n: int) -> float:
         """The median where measured, else the least-squares line through the measured sizes
-        (never below the largest measured time of a smaller batch: v grows with n)."""
+        (never below the largest measured time of a smaller batch: v grows with n). Only the
+        sizes timed lately count (`stale`); a stale size's median is used where it is lower."""
         pts = self.measured()
         if not pts:
             return 0.0
-        if self._by_n[n].samples:
-            return self._by_n[n].value
+        r = self._by_n[n]
+        if r.samples and not self._stale(n):
+            return r.value
         fit = self.line()
         if fit is None:
             ((n0, t0),) = pts
@@ -102,11 +132,12 @@ class VerifyTimes:
             intercept, slope = fit
             line = intercept + slope * n
         if self._floor is None:
-            self._floor, top = [], 0.0
-            for r in self._by_n:
+            self._floor, top, fresh = [], 0.0, dict(pts)
+            for m in range(self.n_max + 1):
                 self._floor.append(top)
-                top = max(top, r.value) if r.samples else top
-        return max(line, self._floor[n])
+                top = max(top, fresh.get(m, 0.0))
+        line = max(line, self._floor[n])
+        return min(line, r.value) if r.samples else line  # a stale timing is only believed when it is lower
 
 
 def _line(pts: list[tuple[int, float]]) -> tuple[float, float] | None:

@@ -46,7 +46,7 @@ import math
 import statistics
 
 from . import defaults
-from .lookup_policy import VerifyTimes
+from .lookup_policy import STALE, VerifyTimes
 from .recent import Recent
 
 CATCH_UP_N_MAX = 256  # scored catch-ups timed per size up to this many tokens fed
@@ -70,7 +70,7 @@ class StepTimes:
 
     def __init__(self, k_max: int = defaults.K_MAX) -> None:
         self.k_max = k_max
-        self.verify = VerifyTimes()  # target passes by batch size, from every kind of step
+        self.verify = VerifyTimes(stale=STALE)  # target passes by batch size, from every kind of step
         self.by_k = [Recent() for _ in range(k_max + 1)]
         self.draft_by_k = [Recent() for _ in range(k_max + 1)]
         self.catch_up = Recent()  # checks of plain decoding: the draft fed what it missed, a call of its own
