@@ -43,13 +43,16 @@ def test_a_size_timed_long_ago_is_believed_only_where_the_sizes_timed_since_say_
     assert slow.cost(5) == pytest.approx(cpu_like(1) * (1 + 4 * GROWTH))  # the prior from the size timed since
     slow.add(5, cpu_like(5))  # timed again: the old timings are gone, the new one counts alone
     assert slow.cost(5) == pytest.approx(cpu_like(5))
-    fast = VerifyTimes(stale=8)
+    steep = VerifyTimes(stale=8)
     for _ in range(3):
-        fast.add(1, cpu_like(1))
-        fast.add(5, cpu_like(5))
-    for _ in range(9):
-        fast.add(1, 10 * cpu_like(1))  # the machine slowed down since: the older, lower timing holds
-    assert fast.cost(5) == pytest.approx(cpu_like(5))
+        steep.add(5, cpu_like(5))
+    for _ in range(5):
+        steep.add(1, cpu_like(1))
+        steep.add(2, 1.2 * cpu_like(1))  # the sizes timed since draw a steeper line: the lower timing holds
+    assert steep.cost(5) == pytest.approx(cpu_like(5))
+    for _ in range(6):
+        steep.add(2, 10 * cpu_like(1))  # but never below a smaller batch timed since
+    assert steep.cost(5) == pytest.approx(10 * cpu_like(1))
 
 
 def test_draftless_lookup_comes_back_after_a_slow_minute() -> None:

@@ -136,8 +136,9 @@ class VerifyTimes:
             for m in range(self.n_max + 1):
                 self._floor.append(top)
                 top = max(top, fresh.get(m, 0.0))
-        line = max(line, self._floor[n])
-        return min(line, r.value) if r.samples else line  # a stale timing is only believed when it is lower
+        if r.samples:  # a stale timing is believed where it is lower, never below a smaller batch's
+            line = min(line, r.value)
+        return max(line, self._floor[n])
 
 
 def _line(pts: list[tuple[int, float]]) -> tuple[float, float] | None:
