@@ -79,10 +79,11 @@ class VerifyTimes:
             self._at[n] = self._clock
             old = r.value if r.samples else None
             r.add(seconds)
-            expired = self.stale is not None and self._clock >= self._expiry
-            if expired:
-                live = [self._at[m] + self.stale + 1 for m, _ in self.measured(fresh=False) if not self._stale(m)]
-                self._expiry = min(live, default=self._clock + self.stale + 1)
+            stale = self.stale
+            expired = stale is not None and self._clock >= self._expiry
+            if stale is not None and expired:
+                live = [self._at[m] + stale + 1 for m, _ in self.measured(fresh=False) if not self._stale(m)]
+                self._expiry = min(live, default=self._clock + stale + 1)
             if r.value != old or expired:  # a median that did not move changes no estimate
                 self._table.clear()
                 self._pts = self._fit = self._floor = None
