@@ -79,22 +79,23 @@ class VerifyTimes:
             self._at[n] = self._clock
             old = r.value if r.samples else None
             r.add(seconds)
-            stale = self.stale
-            expired = stale is not None and self._clock >= self._expiry
-            if stale is not None and expired:
-                live = [self._at[m] + stale + 1 for m, _ in self.measured(fresh=False) if not self._stale(m)]
-                self._expiry = min(live, default=self._clock + stale + 1)
-            if r.value != old or expired:  # a median that did not move changes no estimate
+            if self._expired() or r.value != old:  # a median that did not move changes no estimate
                 self._table.clear()
                 self._pts = self._fit = self._floor = None
 
     def _stale(self, n: int) -> bool:
         return self.stale is not None and self._clock - self._at[n] > self.stale
 
-    def measured(self, fresh: bool = True) -> list[tuple[int, float]]:
-        """(n, median) of the sizes timed (with `stale`, of those timed lately, unless not `fresh`)."""
-        if not fresh:
-            return [(n, r.value) for n, r in enumerate(self._by_n) if r.samples]
+    def _expired(self) -> bool:
+        """Whether a size went stale by this timing (the estimates are then computed again)."""
+        if self.stale is None or self._clock < self._expiry:
+            return False
+        live = [self._at[m] + self.stale + 1 for m, r in enumerate(self._by_n) if r.samples and not self._stale(m)]
+        self._expiry = min(live, default=self._clock + self.stale + 1)
+        return True
+
+    def measured(self) -> list[tuple[int, float]]:
+        """(n, median) of the sizes timed (with `stale`, of those timed lately)."""
         if self._pts is None:
             self._pts = [(n, r.value) for n, r in enumerate(self._by_n) if r.samples and not self._stale(n)]
         return self._pts
