@@ -18,7 +18,8 @@ proposal is scored on every step: verified on lookup steps, compared with what
 the step committed on the others (`record`: the same acceptance in law), so the
 record follows the text whichever source drafts. With no proposal to score, the
 counts drift back towards the prior (IDLE_DECAY). It also times the steps no model drafted
-(`draftless_speed`): beside a draft model, what the model's return after a copy must beat.
+(`draftless_speed`): beside a draft model, what the model's return after a copy must beat,
+while lookup has taken a step lately (QUIET).
 Pure: no model, no clock, no I/O.
 """
 
@@ -44,6 +45,9 @@ STALE = 64
 # n-grams shorter than the index's longest, 4 and up how far back the copy has held (MATCH_MAX)
 ROWS = (1, 2, 3, 4, 8, 16)
 BORROW = 8  # rows from this length on start from the shorter row's rate, not PRIOR
+# steps without a lookup step after which lookup has gone quiet: a copy broken by a changed word
+# resumes within a step or two, so after three the copy (or the answer that copied) is over
+QUIET = 3
 
 
 class VerifyTimes:
@@ -166,6 +170,7 @@ class LookupPolicy:
         self._weight = [1.0] * len(ROWS)
         self._overhead: deque[float] = deque(maxlen=9)  # step time outside the target pass
         self._draftless = (0.0, 0.0)  # decayed tokens and seconds of the steps no model drafted
+        self._quiet = 0  # steps since the last lookup step
 
     @staticmethod
     def _row(match: int) -> int:
@@ -203,9 +208,14 @@ class LookupPolicy:
     def draftless_speed(self, per_token: float = 0.0) -> float:
         """Tokens per second of the recent steps no model drafted (lookup and plain steps, DECAY
         a step: the same memory as the record), each token charged `per_token` (what it adds to
-        the draft model's next catch-up); 0.0 before any. What a model's return must beat."""
+        the draft model's next catch-up); 0.0 before any. What a model's return must beat.
+
+        Also 0.0 once lookup has gone quiet (QUIET steps with no lookup step): those steps' speed
+        says what staying out gave, not what it will give. Decayed alone, a fast copy kept a
+        lagging model out of the plain stretch after it (revise at T = 0.8 after extract: 13
+        plain steps where the model drafts 15 tokens a step)."""
         n, t = self._draftless
-        return n / (t + per_token * n) if n > 0 else 0.0
+        return n / (t + per_token * n) if n > 0 and self._quiet < QUIET else 0.0
 
     def best(self, match: int, available: int, fixed: float = 0.0, per_token: float = 0.0) -> tuple[int, float]:
         """(k, expected tokens per second) of the best lookup draft of at most `available`
@@ -227,6 +237,7 @@ class LookupPolicy:
     def observe(self, match: int, k: int, n_accepted: int, verify_s: float, step_s: float) -> None:
         """A lookup step: k tokens proposed after a `match`-token match, n_accepted kept."""
         self.record(match, k, n_accepted)
+        self._quiet = 0
         self._overhead.append(max(0.0, step_s - verify_s))
         self._ran(n_accepted + 1, step_s)
 
@@ -254,6 +265,7 @@ class LookupPolicy:
     def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False, fade: bool = True) -> None:
         """Any other step: with nothing scored (`fade`) lookup's evidence fades a little; a plain
         step measures the overhead and counts in `draftless_speed`."""
+        self._quiet += 1
         if fade:
             self._fade(IDLE_DECAY)
         if plain:
