@@ -40,6 +40,10 @@ def test_cpu_features_are_read_from_ggml() -> None:
 
 
 def test_a_q4_0_model_is_repacked_on_a_build_without_amx(q4_0: Path, caplog, monkeypatch) -> None:
+    if "AMX_INT8" in backend.cpu_features():
+        # told there is no AMX, the backend allows extra buffers, and llama.cpp then picks its AMX
+        # buffer for Q4_0 on this CPU, not the repacked one: the case cannot be shown here
+        pytest.skip("this CPU and build have AMX: llama.cpp would put the weights in its AMX buffer")
     monkeypatch.setattr(backend, "cpu_features", lambda: {"AVX2": "1", "REPACK": "1"})
     assert "CPU_REPACK model buffer" in _load_log(q4_0, caplog)
 
