@@ -113,6 +113,37 @@ def test_long_rows_match_the_full_sort_for_every_setting(row: np.ndarray) -> Non
     assert_same_for_every_setting(row)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated_rows())
+def test_long_rows_match_the_full_sort_with_every_row_folded(row: np.ndarray) -> None:
+    """The one-pass top and band (top_p._top_and_band) folds rows of 65536 tokens and more; here every row."""
+    old = top_p_module._FOLD_FROM
+    top_p_module._FOLD_FROM = 0  # (not monkeypatch: hypothesis runs many examples in one test call)
+    try:
+        assert_same_for_every_setting(row)
+    finally:
+        top_p_module._FOLD_FROM = old
+
+
+@pytest.mark.parametrize("n", [262144, 151936 + 37, 65536])
+@pytest.mark.parametrize("kind", ["peaked", "flat", "nan", "masked"])
+def test_the_folded_band_is_every_logit_down_to_the_bar(n: int, kind: str) -> None:
+    rng = np.random.default_rng(n)
+    row = (rng.normal(size=n) * (0.01 if kind == "flat" else 2.0)).astype(np.float32)
+    row[[3, n - 1]] = (0.1, 0.09) if kind == "flat" else (12.0, 11.5)  # the top, and a band token in the unfolded rest
+    if kind == "nan":
+        row[n // 2] = np.nan
+    if kind == "masked":
+        row[rng.random(n) < 0.99] = -np.inf
+    top, band = top_p_module._top_and_band(row, 6.0)
+    if kind == "nan":
+        assert np.isnan(top)
+        return
+    assert top == row.max()
+    want = np.flatnonzero(row >= top_p_module._floor(float(top) - 6.0, row.dtype))
+    assert band.tolist() == want.tolist() and band.size > (n // 2 if kind == "flat" else 1)
+
+
 @pytest.mark.parametrize("dtype, hair", [(np.float64, 1e-7), (np.float32, 4e-6)])
 def test_tokens_a_hair_either_side_of_the_min_p_cut_match(dtype: type, hair: float) -> None:
     row = np.random.default_rng(5).normal(size=5000) - 8.0

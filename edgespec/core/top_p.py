@@ -2,8 +2,9 @@
 definition (sampling._sorted_top + sampling._keep over the full sorted row) makes, or None
 where that cannot be shown, and sampling.to_dist runs the definition.
 
-One pass gives the top; with min-p on, a band a few nats deep often shows that top-p cuts
-no sooner than min-p (`_min_p_first`), so the row is never exponentiated; else one pass
+One pass gives the top and, with min-p on, the band of tokens a few nats below it
+(`_top_and_band`); the band often shows that top-p cuts no sooner than min-p
+(`_min_p_first`), so the row is never exponentiated; else one pass
 gives every token's weight and their sum (float32 under a proven error bound where min-p
 is on, float64 otherwise), and a few more find a depth below the top that holds every token
 the cuts may keep; only those are sorted. tests/test_sampling_exact.py compares every path
@@ -51,14 +52,19 @@ def untruncated_head(logits: np.ndarray, params: Cuts) -> tuple[np.ndarray, np.n
     closer together than that bound: there float32 would mostly be paid twice."""
     if params.top_p >= 1.0 and params.min_p <= 0.0:
         return None  # every token is kept, and listing them in order is the full sort
-    top = logits.max()
-    if not np.isfinite(top) or not (params.min_p <= 0.0 or 1e-200 <= params.min_p <= 1.0):
+    if not (params.min_p <= 0.0 or 1e-200 <= params.min_p <= 1.0):
         return None  # (a tinier min_p underflows in the definition; a larger one keeps just the top)
-    if params.top_p >= 1.0:
-        return _head(logits, top, None, 0.0, params, _SLACK)
     band = None
     if params.min_p > 0.0:
-        kept, band = _min_p_first(logits, top, params)
+        top, band = _top_and_band(logits, max(_BAND, -math.log(params.min_p)) + 1e-6)
+    else:
+        top = logits.max()
+    if not np.isfinite(top):
+        return None
+    if params.top_p >= 1.0:
+        return _head(logits, top, None, 0.0, params, _SLACK, band)
+    if band is not None:  # (min-p is on)
+        kept = _min_p_first(logits, band, params)
         if kept is not None:
             return kept
     if logits.dtype == np.float32 and params.min_p > 0.0:  # (top-p alone keeps thousands: cuts too dense)
@@ -75,26 +81,58 @@ def untruncated_head(logits: np.ndarray, params: Cuts) -> tuple[np.ndarray, np.n
 _BAND = 6.0
 
 
-def _min_p_first(
-    logits: np.ndarray, top: np.generic, params: Cuts
-) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray]:
-    """Min-p's kept tokens where top-p provably cuts no sooner (else None), and the ascending
-    ids of the band looked at (every token min-p may keep is in it). Top-p keeps at least the
-    tokens whose mass before them is under top_p; that mass over the row's total weight is at
-    most the same mass over the weight of any part of the row, so the tokens within `_BAND`
-    nats of the top (few, in a real row) show it without the exp of the whole row."""
-    depth = max(_BAND, -math.log(params.min_p)) + 1e-6
-    band = np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype))
+def _min_p_first(logits: np.ndarray, band: np.ndarray, params: Cuts) -> tuple[np.ndarray, np.ndarray] | None:
+    """Min-p's kept tokens where top-p provably cuts no sooner, else None. `band`: the ascending
+    ids of the tokens within `_BAND` nats of the top and as deep as min-p keeps (`_top_and_band`).
+    Top-p keeps at least the tokens whose mass before them is under top_p; that mass over the
+    row's total weight is at most the same mass over the weight of any part of the row, so the
+    tokens of the band (few, in a real row) show it without the exp of the whole row."""
     if band.size > _SHORT_HEAD:
-        return None, band
+        return None
     ids, vals = _by_logit(logits, band)
     weights = np.exp(vals - vals[0])
     if np.any(np.abs(weights - params.min_p) <= _SLACK * params.min_p):
-        return None, band
+        return None
     by_min = int(np.count_nonzero(weights >= params.min_p))
     if float(weights[: by_min - 1].sum()) >= (params.top_p - _SLACK) * float(weights.sum()):
-        return None, band  # top-p may cut first: its cut needs the whole row's weight
-    return (ids[:by_min], vals[:by_min]), band
+        return None  # top-p may cut first: its cut needs the whole row's weight
+    return ids[:by_min], vals[:by_min]
+
+
+# `_top_and_band` folds a row this long or longer into _FOLD rows and takes their elementwise
+# maximum: one pass over the row instead of three (max, compare, nonzero); shorter rows fit a
+# cache and gain nothing.
+_FOLD = 64
+_FOLD_FROM = 65536
+
+
+def _top_and_band(logits: np.ndarray, depth: float) -> tuple[np.generic, np.ndarray]:
+    """The row's largest logit (NaN or inf as they come: the caller checks) and the ascending
+    ids of the logits at least `top - depth` (as `np.flatnonzero(logits >= _floor(top - depth))`).
+    A long row is read as _FOLD rows of `cols` columns: the columns' maxima give the top, and
+    only the columns whose maximum reaches the bar hold band tokens, so just those are searched."""
+    n = logits.shape[0]
+    cols = n // _FOLD
+    if n < max(_FOLD_FROM, _FOLD):
+        top = logits.max()
+        return top, (np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype)) if np.isfinite(top) else _NONE)
+    body, rest = logits[: _FOLD * cols].reshape(_FOLD, cols), logits[_FOLD * cols :]
+    col_max = body.max(axis=0)
+    top = np.maximum(col_max.max(), rest.max()) if rest.size else col_max.max()  # (NaN stays NaN)
+    if not np.isfinite(top):
+        return top, _NONE
+    bar = _floor(float(top) - depth, logits.dtype)
+    hot = np.flatnonzero(col_max >= bar)
+    if hot.size > cols // 8:  # a flat row: gathering its hot columns costs more than one more pass
+        return top, np.flatnonzero(logits >= bar)
+    at, col = np.nonzero(body[:, hot] >= bar)
+    band = at * cols + hot[col]  # row-major: ascending
+    if rest.size:
+        band = np.concatenate((band, _FOLD * cols + np.flatnonzero(rest >= bar)))
+    return top, band
+
+
+_NONE = np.zeros(0, dtype=np.intp)
 
 
 def _weights64(logits: np.ndarray, top: np.generic) -> np.ndarray:
