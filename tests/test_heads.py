@@ -9,7 +9,17 @@ import pytest
 
 from edgespec import Engine
 from edgespec.core.penalties import make_penalties
-from edgespec.core.sampling import GREEDY_HEAD, Head, Heads, SamplingParams, confidence, head_k, prob_of, to_dist
+from edgespec.core.sampling import (
+    DRAFT_HEAD,
+    GREEDY_HEAD,
+    Head,
+    Heads,
+    SamplingParams,
+    confidence,
+    head_k,
+    prob_of,
+    to_dist,
+)
 from edgespec.frontends.bench.simulate import Curve, Machine, pair, steady
 from tests.conftest import demo_paths
 
@@ -119,6 +129,20 @@ def test_the_engine_generates_the_same_tokens_from_heads(k: int | None, temperat
     # a request that needs whole rows switches the models back
     on.generate([1, 5], temperature=0.9, top_k=40, frequency_penalty=0.5, max_tokens=4, seed=1)
     assert all(m.head_k == 0 for m in models)
+
+
+def test_at_top_k_off_only_the_draft_is_asked_for_heads() -> None:
+    """The target keeps whole rows (its sampling needs them); the draft proposes from its top
+    DRAFT_HEAD (sampling.draft_params), and the engine still drafts and generates."""
+    (on, models), (off, off_models) = sim_engine(True), sim_engine(False)
+    options = dict(temperature=0.9, top_k=0, top_p=0.95, min_p=0.05, seed=4, max_tokens=48, k=3)
+    a = on.generate([1, *range(10, 20)], **options)
+    assert (models[0].head_k, models[1].head_k) == (0, DRAFT_HEAD)
+    assert len(a.tokens) == 48 and a.stats.n_accepted > 0
+    b = off.generate([1, *range(10, 20)], **options)
+    assert (off_models[0].head_k, off_models[1].head_k) == (0, 0) and len(b.tokens) == 48
+    on.generate([1, 5], temperature=0.9, top_k=0, frequency_penalty=0.5, max_tokens=4, seed=1)
+    assert (models[0].head_k, models[1].head_k) == (0, 0)  # penalties: whole rows for both
 
 
 @pytest.mark.real

@@ -34,6 +34,12 @@ class Cache:
         n = self._lacks
         return tokens if n is None else [t if t < n else 0 for t in tokens]
 
+    def set_head(self, k: int, n_shared: int) -> bool:
+        """Ask for rows as heads holding k ids below `n_shared` (0: whole rows); whether they
+        come so. Ids past the shared vocabulary may take places in a head: a longer one is asked."""
+        set_head = getattr(self.model, "set_head", None)
+        return set_head is not None and set_head(k + self.model.n_vocab - n_shared if k else 0) and k > 0
+
     def cut(self, n: int) -> None:
         # Always ask llama.cpp: after a failed decode it may hold more than we know of.
         self.model.trim(n)

@@ -43,7 +43,7 @@ from .model import Model
 from .penalties import History
 from .recent import Recent
 from .request import Request, Step
-from .sampling import Dist, Row, SamplingParams, confidence, head_k, prob_of, to_dist, whole
+from .sampling import Dist, Row, SamplingParams, confidence, draft_params, head_k, prob_of, to_dist, whole
 from .step_stats import account, snapshot
 from .target_rows import TargetRows
 from .verify import verify
@@ -92,6 +92,7 @@ class Decoder:
         self._px: dict[int, float] = {}  # p(x) of committed tokens the draft has not seen, by position
         self._all_accepted = False  # the last step was a model step whose drafts were all accepted
         self._feed_one = Recent()  # the draft's first call when it lacked one token (a lag's call less this)
+        self._draft_params = SamplingParams()  # what the draft samples with in this run (_set_heads)
 
     def run(self, prompt: Sequence[int], req: Request) -> Generator[Step, None, None]:
         if not prompt:
@@ -128,14 +129,13 @@ class Decoder:
             self._restore()
 
     def _set_heads(self, req: Request) -> None:
-        """Ask the models for rows as their top-k where the request's sampling starts with it or
-        is greedy (sampling.head_k) and nothing needs whole rows (a grammar, logprobs)."""
+        """Ask the models for rows as their top-k where the request's sampling starts with it or is greedy
+        (sampling.head_k), the draft also where it does not (draft_params); never where whole rows are needed."""
         ok = self.heads and req.grammar is None and req.logprobs is None
-        k = head_k(req.params, self.n_vocab) if ok else 0
-        for cache in (c for c in (self.target, self.draft) if c is not None):
-            set_head = getattr(cache.model, "set_head", None)
-            if set_head is not None:  # ids past the shared vocabulary may take places in a head
-                set_head(k + cache.model.n_vocab - self.n_vocab if k else 0)
+        self.target.set_head(head_k(req.params, self.n_vocab) if ok else 0, self.n_vocab)
+        own = draft_params(req.params)  # where its rows come as heads, the draft may keep its own top-k
+        on = self.draft is not None and self.draft.set_head(head_k(own, self.n_vocab) if ok else 0, self.n_vocab)
+        self._draft_params = own if on else req.params
 
     def _loop(
         self, req: Request, draft: Cache | None, index: LookupIndex | None, stats: Stats, hist: Constraints | None
@@ -162,7 +162,7 @@ class Decoder:
             scores: tuple[float, ...] = ()
             if draft is not None and plan.score and not k and lag > 0:
                 # a check: the draft reads what it missed in plain or lookup steps, outside the step timed
-                scores, catch_up_s, catch_up_n = self._catch_up(draft, req.params, score=hist is None)
+                scores, catch_up_s, catch_up_n = self._catch_up(draft, self._draft_params, score=hist is None)
                 stats.draft_s += catch_up_s
             t_step = time.perf_counter()
             drafts: list[int] = []
@@ -180,7 +180,7 @@ class Decoder:
                 tail = None
                 if plan.extend and index is not None and hist is None:  # constraints: model drafts only
                     tail = Tail(index, min(room - 1, left - 1), req.controller)
-                drafted = self._draft(draft, k, req.params, req.rng, plan, hist, tail)
+                drafted = self._draft(draft, k, self._draft_params, req.rng, plan, hist, tail)
                 drafts, qs, sure, bonus, extended, extended_match, feed_s = drafted
                 if lag > 1:  # what the draft missed rode on its first call: that part is the catch-up's
                     one = self._feed_one

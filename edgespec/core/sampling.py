@@ -28,7 +28,7 @@ code and compares the two.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -151,6 +151,23 @@ def head_k(params: SamplingParams, n_vocab: int) -> int:
     whole rows)."""
     k = min(GREEDY_HEAD, n_vocab - 1) if params.greedy else params.top_k
     return k if 0 < k <= HEAD_MAX and k < n_vocab and not params.penalties.active else 0
+
+
+# The draft's own proposals are free to come from any distribution q (verification needs only
+# q(x) and q itself): where the request keeps whole rows for the target (top_k off or past
+# HEAD_MAX), the draft samples from its top DRAFT_HEAD, when its rows can come as heads.
+DRAFT_HEAD = 40
+
+
+def draft_params(params: SamplingParams) -> SamplingParams:
+    """What the draft samples with where its rows may come as heads: the request's sampling,
+    top-k DRAFT_HEAD first where the request has no top-k a head serves. The target's rows
+    keep the request's sampling; the output is still the target's (verify is exact for any q).
+    What the draft leaves out is its row's tail past 40 tokens, which min-p (0.05 of the top)
+    cuts from nearly every row anyway."""
+    if params.greedy or 0 < params.top_k <= HEAD_MAX:
+        return params
+    return replace(params, top_k=DRAFT_HEAD)
 
 
 Rows = np.ndarray | Heads  # what a model's eval returns: whole rows, or their heads (set_head)
