@@ -197,6 +197,29 @@ def test_the_real_pair_says_the_same_from_heads_greedy_and_sampled() -> None:
     assert out[0] == out[1] and all(len(t) == 24 for t in out[0])
 
 
+@pytest.mark.real
+def test_the_real_drafts_head_serves_a_request_with_top_k_off() -> None:
+    """The demo pair with llama.cpp's backend top-k forced on: at top_k 0 the target's rows
+    stay whole and the draft's come as heads of DRAFT_HEAD; the engine drafts from them, and a
+    request with top_k 40 afterwards takes heads on both."""
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    from edgespec.llama.backend import LlamaModel
+
+    models = [LlamaModel(p, n_ctx=512, heads=True) for p in paths]
+    engine = Engine(models[0], models[1], name="demo", heads=True)
+    try:
+        prompt = models[0].tokenize("def mean(xs):\n    return", add_special=True, parse_special=False)
+        out = engine.generate(prompt, temperature=0.8, top_k=0, top_p=0.95, min_p=0.05, seed=3, k=3, max_tokens=24)
+        assert (models[0]._head_k, models[1]._head_k) == (0, DRAFT_HEAD)
+        assert len(out.tokens) == 24 and out.stats.n_drafted > 0
+        engine.generate(prompt, temperature=0.8, top_k=40, seed=3, k=3, max_tokens=4)
+        assert (models[0]._head_k, models[1]._head_k) == (40, 40)
+    finally:
+        engine.close()
+
+
 def test_a_head_shorter_than_top_k_is_refused() -> None:
     head = Head(np.arange(5, dtype=np.int32), np.arange(5, dtype=np.float32))
     with pytest.raises(ValueError):
