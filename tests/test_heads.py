@@ -50,6 +50,28 @@ def test_a_head_gives_the_whole_rows_distribution(params: SamplingParams) -> Non
         assert prob_of(head, x, params) == prob_of(row, x, params)
 
 
+@pytest.mark.parametrize("min_p", [0.05, 0.5, 1.0, 1e-250])
+def test_a_head_whose_second_token_min_p_cuts_is_one_hot_as_the_whole_rows(min_p: float) -> None:
+    """sampling._alone: a head whose next token lies below min-p's cut gives the one-hot Dist
+    without the cut's arithmetic; the same Dist as the whole row's, at the cut's edge too."""
+    rng = np.random.default_rng(11)
+    params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=min_p)
+    # the next token's logit less the top's, about the cut (min_p 1: every gap is below it; a tie is not)
+    gaps = [np.log(min_p) + d for d in (-5.0, -1e-5, -1e-7, 0.0, 1e-7, 1e-5)] if min_p < 1 else [-3.0, -1e-5]
+    alone = 0
+    for gap in gaps:
+        for _ in range(10):
+            row = rng.normal(size=5000) * 0.5
+            second = int(row.argmax())
+            row[7] = row[second] - gap  # the top
+            row = row.astype(np.float32)
+            head = head_of(row, 40, rng)
+            want, got = to_dist(row, params), to_dist(head, params)
+            assert np.array_equal(want.ids, got.ids) and np.array_equal(want.probs, got.probs)
+            alone += got.ids.size == 1
+    assert alone >= 10  # the one-hot case did occur
+
+
 def test_a_greedy_head_gives_the_argmax_and_the_heads_own_confidence() -> None:
     """At T = 0 a head serves the argmax (ties by id, as np.argmax's first index) and the
     draft's confidence over the head: the whole row's exactly where the rest weighs nothing."""

@@ -192,9 +192,24 @@ def head_dist(head: Head, params: SamplingParams) -> Dist:
         raise ValueError("internal: a Head serves top_k > 0 and holds at least top_k tokens")
     order = np.lexsort((head.ids, -vals))[: params.top_k]
     ids, vals = head.ids[order], vals[order]
+    if _alone(vals, params):
+        return Dist.one_hot(int(ids[0]))
     keep = _keep(vals, params)
     scaled = np.exp((vals[:keep] - vals[0]) / params.temperature)
     return Dist(ids[:keep].astype(np.int64), scaled / _sum(scaled))
+
+
+def _alone(vals: np.ndarray, params: SamplingParams) -> bool:
+    """Whether min-p (or top_k 1) keeps just the first of the sorted `vals`: the next lies below
+    the min-p cut by far more than rounding could move it (`_keep` would say 1, and the Dist is
+    one-hot). A confident row's usual case, decided without the row's exp, sum and cumsum."""
+    top = float(vals[0])
+    if not math.isfinite(top):  # (an infinite top makes the definition's weights NaN)
+        return False
+    if vals.size == 1:
+        return True
+    # (a min_p under 1e-200 may underflow in the definition's cut, and keep more)
+    return params.min_p >= 1e-200 and float(vals[1]) - top < math.log(params.min_p) - 1e-6
 
 
 def to_dist(logits: np.ndarray | Head, params: SamplingParams) -> Dist:
@@ -211,6 +226,8 @@ def to_dist(logits: np.ndarray | Head, params: SamplingParams) -> Dist:
         keep = _keep(vals, params)
         kept = ids[:keep], vals[:keep]
     ids, vals = kept
+    if ids.size == 1 and math.isfinite(vals[0]):
+        return Dist.one_hot(int(ids[0]))
     scaled = np.exp((vals - vals[0]) / params.temperature)
     return Dist(ids.astype(np.int64), scaled / _sum(scaled))
 
