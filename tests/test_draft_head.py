@@ -138,3 +138,27 @@ def test_the_draft_keeps_the_requests_sampling_where_its_rows_come_whole() -> No
     dec = Decoder(target, draft, heads=False)
     list(decode(dec, PROMPT, PARAMS, FixedK(3), max_tokens=4, rng=np.random.default_rng(0)))
     assert (target.asked[-1], draft.asked[-1]) == (0, 0) and dec._draft_params == PARAMS
+
+
+def test_a_scored_catch_up_scores_with_the_q_the_draft_would_have_drawn_from() -> None:
+    """The catch-up's scores (min(1, q(x) / p(x)) of each token the draft missed) use the
+    draft's head and its own sampling where it drafts from its head, as a draft of x would."""
+    from tests.test_scored_catch_up import PROMPT as SCORED_PROMPT
+    from tests.test_scored_catch_up import Scripted
+
+    target, draft = HeadFake(64), HeadFake(64, noise=0.8)
+    dec = Decoder(target, draft)
+    params = SamplingParams(temperature=0.8, top_k=0, top_p=0.95, min_p=0.0)
+    ctrl = Scripted(every=5)
+    list(decode(dec, SCORED_PROMPT, params, ctrl, max_tokens=40, rng=np.random.default_rng(3)))  # type: ignore[arg-type]
+    scores = [s for o in ctrl.outcomes for s in o.scores]
+    assert draft.asked[-1] == sampling.DRAFT_HEAD and len(scores) >= 30
+    own = sampling.draft_params(params)
+    want = []
+    for t in range(len(SCORED_PROMPT), len(SCORED_PROMPT) + len(scores)):
+        ctx, x = dec.committed[:t], dec.committed[t]
+        row = draft._row(ctx)
+        ids = np.argsort(-row, kind="stable")[: sampling.DRAFT_HEAD].astype(np.int32)
+        q = to_dist(Head(ids, row[ids]), own).prob(x)
+        want.append(min(1.0, q / to_dist(target._row(ctx).copy(), params).prob(x)))
+    assert scores == pytest.approx(want, rel=1e-9)

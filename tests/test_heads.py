@@ -51,25 +51,29 @@ def test_a_head_gives_the_whole_rows_distribution(params: SamplingParams) -> Non
 
 
 @pytest.mark.parametrize("min_p", [0.05, 0.5, 1.0, 1e-250])
-def test_a_head_whose_second_token_min_p_cuts_is_one_hot_as_the_whole_rows(min_p: float) -> None:
+def test_a_head_whose_second_token_min_p_cuts_is_one_hot_as_the_definition(min_p: float) -> None:
     """sampling._alone: a head whose next token lies below min-p's cut gives the one-hot Dist
-    without the cut's arithmetic; the same Dist as the whole row's, at the cut's edge too."""
+    without the cut's arithmetic; the definition's Dist (the full sort, tests/test_sampling_exact.py)
+    on either side of the shortcut's margin (1e-6 in logit) and at the cut itself, in float64."""
+    from tests.test_sampling_exact import reference_to_dist
+
     rng = np.random.default_rng(11)
     params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=min_p)
-    # the next token's logit less the top's, about the cut (min_p 1: every gap is below it; a tie is not)
-    gaps = [np.log(min_p) + d for d in (-5.0, -1e-5, -1e-7, 0.0, 1e-7, 1e-5)] if min_p < 1 else [-3.0, -1e-5]
+    cut = np.log(min_p) if min_p < 1 else -1e-5  # (min_p 1: every gap below 0 is past the cut)
     alone = 0
-    for gap in gaps:
-        for _ in range(10):
-            row = rng.normal(size=5000) * 0.5
-            second = int(row.argmax())
-            row[7] = row[second] - gap  # the top
-            row = row.astype(np.float32)
-            head = head_of(row, 40, rng)
-            want, got = to_dist(row, params), to_dist(head, params)
-            assert np.array_equal(want.ids, got.ids) and np.array_equal(want.probs, got.probs)
-            alone += got.ids.size == 1
-    assert alone >= 10  # the one-hot case did occur
+    for d in (-5.0, -2e-6, -1.01e-6, -0.99e-6, -1e-9, 0.0, 1e-7):
+        for _ in range(5):
+            row = cut - 1.0 - np.abs(rng.normal(size=5000))  # every other token below the second
+            row[rng.choice(5000, size=2, replace=False)] = 0.0, cut + d  # the top, the second
+            for extra in (None, -np.inf, np.nan):
+                if extra is not None:
+                    row[rng.integers(5000)] = extra
+                head = head_of(row, 40, rng)
+                want, got = reference_to_dist(row, params), to_dist(head, params)
+                assert np.array_equal(want.ids, got.ids), (d, extra)
+                assert np.array_equal(want.probs, got.probs, equal_nan=True), (d, extra)
+                alone += got.ids.size == 1
+    assert alone >= 15  # the one-hot case did occur
 
 
 def test_a_greedy_head_gives_the_argmax_and_the_heads_own_confidence() -> None:

@@ -130,7 +130,8 @@ def test_long_rows_match_the_full_sort_with_every_row_folded(row: np.ndarray) ->
 def test_the_folded_band_is_every_logit_down_to_the_bar(n: int, kind: str) -> None:
     rng = np.random.default_rng(n)
     row = (rng.normal(size=n) * (0.01 if kind == "flat" else 2.0)).astype(np.float32)
-    row[[3, n - 1]] = (0.1, 0.09) if kind == "flat" else (12.0, 11.5)  # the top, and a band token in the unfolded rest
+    # the top, and a band token (in the unfolded rest where n % 64)
+    row[[3, n - 1]] = (0.1, 0.09) if kind == "flat" else (12.0, 11.5)
     if kind == "nan":
         row[n // 2] = np.nan
     if kind == "masked":

@@ -13,7 +13,8 @@ per token from `logits_from` on (none when it is None); the rows may be a view
 that the next `eval` overwrites, so read them before evaluating again. A model may also
 offer `set_head(k) -> bool`: from then on return each row as its k largest logits (a
 `sampling.Heads`; the decoder asks where a request's sampling starts with top-k or is
-greedy), so on a GPU only those leave the device.
+greedy, and asks the draft also where top-k is off: `sampling.draft_params`), so on a GPU
+only those leave the device.
 `trim(n)` keeps the first n tokens and must fail loudly (raise) when the cache
 cannot be cut.
 """

@@ -1,7 +1,9 @@
 """The one sampling transform: a logits row -> the distribution sampling uses.
 
-Target rows (p) and draft rows (q) go through the *same* function with the
-*same* parameters; that is what makes speculative decoding lossless.
+Target rows (p) and draft rows (q) go through the same function. The target's always
+with the request's parameters; the draft's too, except where its rows come as heads and
+the target's cannot (top-k off: `draft_params`, its own top 40 first). Verification is
+exact for any q a draft token was drawn from, so either way the output is the target's.
 Distributions are sparse (`Dist`: token ids and their probabilities), because
 after top-k / top-p / min-p only a few dozen tokens keep any mass, and copying
 or normalising a whole 150k-entry row per token is the per-step cost we avoid.
@@ -163,8 +165,9 @@ def draft_params(params: SamplingParams) -> SamplingParams:
     """What the draft samples with where its rows may come as heads: the request's sampling,
     top-k DRAFT_HEAD first where the request has no top-k a head serves. The target's rows
     keep the request's sampling; the output is still the target's (verify is exact for any q).
-    What the draft leaves out is its row's tail past 40 tokens, which min-p (0.05 of the top)
-    cuts from nearly every row anyway."""
+    What the draft leaves out is its row's tail past 40 tokens: with min-p (0.05 of the top)
+    that is cut from nearly every row anyway; with top-p alone or no cut it is the tail's
+    mass, which the draft then never proposes."""
     if params.greedy or 0 < params.top_k <= HEAD_MAX:
         return params
     return replace(params, top_k=DRAFT_HEAD)
@@ -204,7 +207,7 @@ def _alone(vals: np.ndarray, params: SamplingParams) -> bool:
     the min-p cut by far more than rounding could move it (`_keep` would say 1, and the Dist is
     one-hot). A confident row's usual case, decided without the row's exp, sum and cumsum."""
     top = float(vals[0])
-    if not math.isfinite(top):  # (an infinite top makes the definition's weights NaN)
+    if not (math.isfinite(top) and math.isfinite(params.temperature)):  # (the definition's weights are NaN)
         return False
     if vals.size == 1:
         return True
@@ -226,7 +229,7 @@ def to_dist(logits: np.ndarray | Head, params: SamplingParams) -> Dist:
         keep = _keep(vals, params)
         kept = ids[:keep], vals[:keep]
     ids, vals = kept
-    if ids.size == 1 and math.isfinite(vals[0]):
+    if ids.size == 1 and math.isfinite(vals[0]) and math.isfinite(params.temperature):
         return Dist.one_hot(int(ids[0]))
     scaled = np.exp((vals - vals[0]) / params.temperature)
     return Dist(ids.astype(np.int64), scaled / _sum(scaled))

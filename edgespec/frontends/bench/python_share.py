@@ -6,8 +6,9 @@ rows that have a long tail (simulate.SimModel), through the real engine and deco
 the adaptive controller and prompt lookup on (as by default; the simulated text seldom
 repeats, so lookup mostly costs its index), at T = 0.8 (top_k 40; top_k off with min_p
 0.05, or top-p alone) and greedy. At top_k 40 and greedy the rows come as their top 40
-(`Heads`), as llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`);
-the fake models find them inside the eval's time, without writing a whole row. The share
+(`Heads`), as llama.cpp's backend top-k hands them over from a GPU (`LlamaModel.set_head`),
+and with top_k off the draft's do (sampling.draft_params: the target's stay whole); the
+fake models find them inside the eval's time, without writing a whole row. The share
 is the generation's time outside both models' evals over its whole time: sampling both
 models' rows, verification, the controller, bookkeeping. The fake models' own row filling
 counts as theirs (it is inside the eval's cost, as a GPU's logits copy is). Each line is
@@ -56,8 +57,9 @@ def python_shares(
 ) -> list[dict]:
     """One record per vocabulary size, way of waiting (`WAITS`) and setting: share (the median over `repeats`
     generations of the time outside both models over the whole), tok_s, k (the K of the
-    last step). `heads`: rows at top_k > 0 come as their top-k (Engine(heads=...)), as
-    llama.cpp's backend top-k returns them from a GPU."""
+    last step). `heads`: rows at top_k > 0 and greedy come as their top-k (Engine(heads=...)),
+    as llama.cpp's backend top-k returns them from a GPU, and at top_k 0 the draft's as its
+    top 40 (sampling.draft_params)."""
     return [
         {**r, "host": wait}
         for vocab in vocabs
