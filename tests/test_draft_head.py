@@ -1,9 +1,9 @@
 """The draft samples from its head where the target keeps whole rows (sampling.draft_params):
-at top_k 0 a draft whose rows can come as heads proposes from its top DRAFT_HEAD tokens,
-so no whole draft row is read. Verification is exact for any q the tokens were drawn from,
-so the output still follows the target's law: a chi-square test over the first two tokens,
-with the head cut far inside the vocabulary, and a negative control (q misreported as the
-head before top-p's cut) that must fail."""
+at top_k 0 a draft whose rows can come as heads proposes from its top tokens (DRAFT_HEAD
+with min-p, DRAFT_HEAD_UNCUT without), so no whole draft row is read. Verification is
+exact for any q the tokens were drawn from, so the output still follows the target's law:
+a chi-square test over the first two tokens, with the head cut far inside the vocabulary,
+and a negative control (q misreported as the head before top-p's cut) that must fail."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
 
 def _sample_pairs(monkeypatch: pytest.MonkeyPatch, seed: int) -> tuple[np.ndarray, list[int]]:
     """Pairs from the decoder with a draft of HEAD-token heads, and the size of every q it drew from."""
-    monkeypatch.setattr(sampling, "DRAFT_HEAD", HEAD)
+    monkeypatch.setattr(sampling, "DRAFT_HEAD_UNCUT", HEAD)  # (PARAMS: top-p alone)
     target = HeadFake(N_VOCAB, eos_bias=-50.0, sharp=SHARP)
     draft = HeadFake(N_VOCAB, noise=1.0, eos_bias=-50.0, sharp=SHARP)
     dec = Decoder(target, draft)
@@ -148,7 +148,7 @@ def test_a_scored_catch_up_scores_with_the_q_the_draft_would_have_drawn_from() -
 
     target, draft = HeadFake(64), HeadFake(64, noise=0.8)
     dec = Decoder(target, draft)
-    params = SamplingParams(temperature=0.8, top_k=0, top_p=0.95, min_p=0.0)
+    params = SamplingParams(temperature=0.8, top_k=0, top_p=0.95, min_p=0.05)
     ctrl = Scripted(every=5)
     list(decode(dec, SCORED_PROMPT, params, ctrl, max_tokens=40, rng=np.random.default_rng(3)))  # type: ignore[arg-type]
     scores = [s for o in ctrl.outcomes for s in o.scores]

@@ -11,11 +11,13 @@ from edgespec import Engine
 from edgespec.core.penalties import make_penalties
 from edgespec.core.sampling import (
     DRAFT_HEAD,
+    DRAFT_HEAD_UNCUT,
     GREEDY_HEAD,
     Head,
     Heads,
     SamplingParams,
     confidence,
+    draft_params,
     head_k,
     prob_of,
     to_dist,
@@ -129,6 +131,15 @@ def test_heads_are_asked_for_only_where_sampling_starts_with_top_k_or_is_greedy(
     assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=pen), 50_000) == 0
     bias = make_penalties(0.0, 0.0, 1.0, 64, {5: 3.0}, 50_000)
     assert head_k(SamplingParams(temperature=0.8, top_k=40, penalties=bias), 50_000) == 0
+
+
+def test_the_draft_keeps_a_longer_head_where_no_min_p_cuts_its_tail() -> None:
+    off = SamplingParams(temperature=0.8, top_k=0, top_p=0.95, min_p=0.05)
+    assert draft_params(off).top_k == DRAFT_HEAD and draft_params(off).min_p == 0.05
+    assert draft_params(SamplingParams(temperature=0.8, top_k=0, top_p=0.95, min_p=0.0)).top_k == DRAFT_HEAD_UNCUT
+    assert draft_params(SamplingParams(temperature=0.8, top_k=1000, min_p=0.05)).top_k == DRAFT_HEAD  # past HEAD_MAX
+    for same in (SamplingParams(temperature=0.8, top_k=40), SamplingParams(temperature=0.0, top_k=0)):
+        assert draft_params(same) is same
 
 
 MACHINE = Machine("heads-test", Curve(1e-4, 8, 0.1), Curve(2e-5, 8, 0.05))
