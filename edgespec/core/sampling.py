@@ -41,6 +41,8 @@ from .top_p import untruncated_head
 # ndarray.sum less its Python wrapper (a few us a call on a row of 40 read right after a
 # model's eval, at a dozen rows a step)
 _sum = np.add.reduce
+_ONE = np.ones(1)
+_ONE.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class Dist:
 
     @classmethod
     def one_hot(cls, token: int) -> Dist:
-        return cls(np.array([token], dtype=np.int64), np.ones(1))
+        return cls(np.array([token], dtype=np.int64), _ONE)  # (one shared read-only [1.0]: np.ones is a Python call)
 
     def prob(self, token: int) -> float:
         last = self._last
