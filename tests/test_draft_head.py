@@ -12,13 +12,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import scipy.stats as sps
 
 import edgespec.core.decoder as decoder_mod
 from edgespec.core import sampling
 from edgespec.core.controller import FixedK
 from edgespec.core.decoder import Decoder
 from edgespec.core.sampling import Dist, Head, Heads, SamplingParams, to_dist
+from tests.chi2 import pvalue, target_joint
 from tests.fakes import FakeModel, decode
 from tests.test_early_stop import PROMPT
 
@@ -49,27 +49,7 @@ class HeadFake(FakeModel):
 
 
 def _target_joint() -> np.ndarray:
-    """The exact law of the first two tokens sampled from the target alone (whole rows)."""
-    target = FakeModel(N_VOCAB, eos_bias=-50.0, sharp=SHARP)
-
-    def dist(ctx: list[int]) -> np.ndarray:
-        return to_dist(target._row(ctx).copy(), PARAMS).dense(N_VOCAB)
-
-    p1 = dist(PROMPT)
-    joint = np.zeros((N_VOCAB, N_VOCAB))
-    for t1 in np.flatnonzero(p1):
-        joint[t1] = p1[t1] * dist([*PROMPT, int(t1)])
-    return joint
-
-
-def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
-    expected = joint * counts.sum()
-    assert counts[expected == 0].sum() == 0, "emitted a pair the target gives probability 0"
-    big = expected >= 5  # the sparse cells pooled into one, where there are any
-    obs, exp = counts[big], expected[big]
-    if (~big & (expected > 0)).any():
-        obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, expected[~big].sum())
-    return float(sps.chisquare(obs, exp).pvalue)
+    return target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=SHARP), PROMPT, PARAMS, N_VOCAB)
 
 
 def _sample_pairs(monkeypatch: pytest.MonkeyPatch, seed: int) -> tuple[np.ndarray, list[int]]:
@@ -101,7 +81,7 @@ def test_a_draft_sampling_from_its_head_keeps_the_targets_law(monkeypatch: pytes
     assert max(sizes) <= HEAD and len(sizes) > N, "the draft drew from more than its head: the test proves nothing"
     joint = _target_joint()
     assert np.count_nonzero(joint.sum(axis=1)) > HEAD  # the target emits tokens the draft's head never holds
-    assert _pvalue(counts, joint) > 1e-3
+    assert pvalue(counts, joint) > 1e-3
 
 
 class Misreported(Dist):
@@ -129,7 +109,7 @@ def test_negative_control_a_head_q_misreported_is_detected(monkeypatch: pytest.M
 
     monkeypatch.setattr(decoder_mod, "to_dist", misreported)
     counts, _ = _sample_pairs(monkeypatch, seed=5)
-    assert _pvalue(counts, _target_joint()) < 1e-6, "the test cannot tell a misreported q apart"
+    assert pvalue(counts, _target_joint()) < 1e-6, "the test cannot tell a misreported q apart"
 
 
 def test_the_draft_keeps_the_requests_sampling_where_its_rows_come_whole() -> None:

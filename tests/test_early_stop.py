@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.stats as sps
 
 import edgespec.core.decoder as decoder_mod
 from edgespec.core.controller import FixedK, Plan
 from edgespec.core.decoder import Decoder
 from edgespec.core.sampling import Dist, SamplingParams, to_dist
+from tests.chi2 import pvalue, target_joint
 from tests.fakes import FakeModel, decode
 
 PROMPT = [1, 5, 7]  # ids below every vocabulary used here
@@ -45,15 +45,7 @@ def test_greedy_output_is_unchanged_and_drafting_does_stop() -> None:
 
 def _target_joint(target: FakeModel, n_vocab: int) -> np.ndarray:
     """The exact law of the first two tokens sampled from the target alone."""
-
-    def dist(ctx: list[int]) -> np.ndarray:
-        return to_dist(target._row(ctx).copy(), FULL).dense(n_vocab)
-
-    p1 = dist(PROMPT)
-    joint = np.zeros((n_vocab, n_vocab))
-    for t1 in np.flatnonzero(p1):
-        joint[t1] = p1[t1] * dist([*PROMPT, int(t1)])
-    return joint
+    return target_joint(target, PROMPT, FULL, n_vocab)
 
 
 def _sample_pairs(n: int, n_vocab: int, seed: int) -> np.ndarray:
@@ -69,21 +61,12 @@ def _sample_pairs(n: int, n_vocab: int, seed: int) -> np.ndarray:
     return counts
 
 
-def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
-    expected = joint * counts.sum()
-    assert counts[expected == 0].sum() == 0, "emitted a pair the target gives probability 0"
-    big = expected >= 5  # pool the sparse cells into one
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    return float(sps.chisquare(obs, exp).pvalue)
-
-
 N_VOCAB, N = 8, 4000
 
 
 def test_sampled_output_follows_the_target_when_drafting_stops_early() -> None:
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)
-    assert _pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) > 1e-3
+    assert pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) > 1e-3
 
 
 def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +90,7 @@ def test_negative_control_dropping_unsure_tokens_is_detected(monkeypatch: pytest
 
     monkeypatch.setattr(decoder_mod.Decoder, "_draft", biased_draft)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0), N_VOCAB)
-    assert _pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) < 1e-6, "the test cannot tell a biased rule apart"
+    assert pvalue(_sample_pairs(N, N_VOCAB, seed=3), joint) < 1e-6, "the test cannot tell a biased rule apart"
 
 
 def test_adaptive_controller_in_the_loop_keeps_greedy_output(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.stats as sps
 
 import edgespec.core.decoder as decoder_mod
 from edgespec.core.controller import LOOKUP, AdaptiveK, FixedK, Plan
 from edgespec.core.decoder import Decoder
-from edgespec.core.sampling import SamplingParams, to_dist
+from edgespec.core.sampling import SamplingParams
+from tests.chi2 import pvalue, target_joint
 from tests.fakes import FakeModel, decode, make_engine
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -78,14 +78,7 @@ LOOP = [1, 3, 4, 5, 3, 4, 5, 3, 4]  # lookup proposes 5, 3 after "3 4"
 
 
 def _target_joint(target: FakeModel) -> np.ndarray:
-    def dist(ctx: list[int]) -> np.ndarray:
-        return to_dist(target._row(ctx).copy(), FULL).dense(N_VOCAB)
-
-    p1 = dist(LOOP)
-    joint = np.zeros((N_VOCAB, N_VOCAB))
-    for t1 in np.flatnonzero(p1):
-        joint[t1] = p1[t1] * dist([*LOOP, int(t1)])
-    return joint
+    return target_joint(target, LOOP, FULL, N_VOCAB)
 
 
 def _pairs(seed: int) -> np.ndarray:
@@ -99,17 +92,9 @@ def _pairs(seed: int) -> np.ndarray:
     return counts
 
 
-def _pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
-    expected = joint * counts.sum()
-    assert counts[expected == 0].sum() == 0
-    big = expected >= 5
-    return float(sps.chisquare(np.append(counts[big], counts[~big].sum()),
-                               np.append(expected[big], expected[~big].sum())).pvalue)  # fmt: skip
-
-
 def test_sampled_lookup_output_follows_the_target() -> None:
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))
-    assert _pvalue(_pairs(seed=11), joint) > 1e-3
+    assert pvalue(_pairs(seed=11), joint) > 1e-3
 
 
 def test_negative_control_a_lookup_draft_always_accepted_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +108,7 @@ def test_negative_control_a_lookup_draft_always_accepted_is_detected(monkeypatch
 
     monkeypatch.setattr(decoder_mod, "verify", accept_lookup)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))
-    assert _pvalue(_pairs(seed=11), joint) < 1e-6
+    assert pvalue(_pairs(seed=11), joint) < 1e-6
 
 
 class _Recording(FixedK):
