@@ -2,7 +2,7 @@
 
 Target rows (p) and draft rows (q) go through the same function. The target's always
 with the request's parameters; the draft's too, except where its rows come as heads and
-the target's cannot (top-k off: `draft_params`, its own top 40 first). Verification is
+the target's cannot (top-k off: `draft_params`, its own top 40 or 256 first). Verification is
 exact for any q a draft token was drawn from, so either way the output is the target's.
 Distributions are sparse (`Dist`: token ids and their probabilities), because
 after top-k / top-p / min-p only a few dozen tokens keep any mass, and copying

@@ -59,7 +59,7 @@ def python_shares(
     generations of the time outside both models over the whole), tok_s, k (the K of the
     last step). `heads`: rows at top_k > 0 and greedy come as their top-k (Engine(heads=...)),
     as llama.cpp's backend top-k returns them from a GPU, and at top_k 0 the draft's as its
-    top 40 (sampling.draft_params)."""
+    top 40, or 256 without min-p (sampling.draft_params)."""
     return [
         {**r, "host": wait}
         for vocab in vocabs
