@@ -16,8 +16,9 @@ from edgespec.core.lookup import LookupIndex, Proposal
 from edgespec.core.lookup_policy import IDLE_DECAY
 from edgespec.core.penalties import Penalties
 from edgespec.core.sampling import SamplingParams
+from tests.chi2 import pvalue
 from tests.fakes import FakeModel, decode
-from tests.test_lookup_decoding import FULL, LOOP, N_VOCAB, N, _pvalue, _target_joint
+from tests.test_lookup_decoding import FULL, LOOP, N_VOCAB, N, _target_joint
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [1, 5, 9, 13, 21, 30, 44, 5, 9, 13, 21, 30, 44, 5, 9, 13]
@@ -154,7 +155,7 @@ def _pairs(seed: int) -> tuple[np.ndarray, int]:
 def test_sampled_output_follows_the_target() -> None:
     counts, extended = _pairs(seed=5)
     assert extended > N // 10, "lookup rarely finished a draft: the test would test little"
-    assert _pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) > 1e-3
+    assert pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) > 1e-3
 
 
 def test_negative_control_looked_up_tokens_verified_against_the_models_q(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +170,7 @@ def test_negative_control_looked_up_tokens_verified_against_the_models_q(monkeyp
 
     monkeypatch.setattr(decoder_mod.Decoder, "_lookup_tail", wrong_tail)
     counts, _ = _pairs(seed=5)
-    assert _pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) < 1e-6
+    assert pvalue(counts, _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))) < 1e-6
 
 
 # -- the controller ------------------------------------------------------------------------------
