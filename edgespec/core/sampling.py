@@ -36,7 +36,7 @@ import numpy as np
 
 from . import defaults
 from .penalties import Penalties
-from .top_p import untruncated_head
+from .top_p import at_least, fold, untruncated_head
 
 # ndarray.sum less its Python wrapper (a few us a call on a row of 40 read right after a
 # model's eval, at a dozen rows a step)
@@ -291,20 +291,14 @@ def _top_k_head(logits: np.ndarray, k: int, params: SamplingParams) -> tuple[np.
     to the bit; only the ids of tied values depend on np.argpartition's internals, so a
     tie among the kept tokens (or with the next one) goes the definition's way."""
     n = logits.shape[0]
-    group = max(1, min(64, n // (4 * k)))  # n // group >= 4k columns: the k-th largest maximum is a good bar
-    cols = n // group
-    body, rest = logits[: group * cols].reshape(group, cols), logits[group * cols :]
-    col_max = body.max(axis=0)
-    top = np.maximum(col_max.max(), rest.max()) if rest.size else col_max.max()  # (Python's max drops a NaN)
-    if not np.isfinite(top):  # NaN or +inf: leave the result to the definition
+    f = fold(logits, max(1, min(64, n // (4 * k))))  # >= 4k columns: the k-th largest maximum is a good bar
+    if not np.isfinite(f.top):  # NaN or +inf: leave the result to the definition
         return None
-    bar = np.partition(col_max, cols - k)[cols - k]  # k distinct column maxima reach it
+    cols = f.col_max.size
+    bar = np.partition(f.col_max, cols - k)[cols - k]  # k distinct column maxima reach it
     if bar > -np.inf:
-        hot = np.flatnonzero(col_max >= bar)  # only these columns hold logits >= bar: search just them
-        at, col = np.nonzero(body[:, hot] >= bar)
-        ids = at * cols + hot[col]
-        if rest.size:
-            ids = np.concatenate((ids, group * cols + np.flatnonzero(rest >= bar)))
+        ids = at_least(f, bar)  # only the columns whose maximum reaches the bar hold such logits
+        assert ids is not None
     else:  # under k columns hold a finite logit (a grammar or a logit bias masked the rest)
         ids = np.flatnonzero(logits > bar)
     if ids.size > 4 * k + 1024:

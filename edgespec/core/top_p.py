@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -99,37 +99,58 @@ def _min_p_first(logits: np.ndarray, band: np.ndarray, params: Cuts) -> tuple[np
     return ids[:by_min], vals[:by_min]
 
 
-# `_top_and_band` folds a row this long or longer into _FOLD rows and takes their elementwise
-# maximum: one pass over the row instead of three (max, compare, nonzero); shorter rows fit a
-# cache and gain nothing.
+class Folded(NamedTuple):
+    """A row read as `group` rows of n // group columns (`body`), what is left past them
+    (`rest`), the columns' maxima and the row's maximum (NaN if any logit is)."""
+
+    body: np.ndarray
+    rest: np.ndarray
+    col_max: np.ndarray
+    top: np.generic
+
+
+def fold(logits: np.ndarray, group: int) -> Folded:
+    """One pass over the row: the elementwise maximum of its `group` rows (sampling's top-k
+    bar and `_top_and_band` both start from it)."""
+    cols = logits.shape[0] // group
+    body, rest = logits[: group * cols].reshape(group, cols), logits[group * cols :]
+    col_max = body.max(axis=0)
+    top = np.maximum(col_max.max(), rest.max()) if rest.size else col_max.max()  # (Python's max drops a NaN)
+    return Folded(body, rest, col_max, top)
+
+
+def at_least(f: Folded, bar: np.generic | np.ndarray, most: int | None = None) -> np.ndarray | None:
+    """Ascending ids of the folded row's logits >= bar: only the columns whose maximum reaches
+    it are searched (None where more than `most` do)."""
+    hot = np.flatnonzero(f.col_max >= bar)
+    if most is not None and hot.size > most:
+        return None
+    at, col = np.nonzero(f.body[:, hot] >= bar)
+    ids = at * f.col_max.size + hot[col]  # row-major: ascending
+    if f.rest.size:
+        ids = np.concatenate((ids, f.body.size + np.flatnonzero(f.rest >= bar)))
+    return ids
+
+
+# `_top_and_band` folds a row this long or longer into _FOLD rows: one pass over the row instead
+# of three (max, compare, nonzero); shorter rows fit a cache and gain nothing.
 _FOLD = 64
 _FOLD_FROM = 65536
 
 
 def _top_and_band(logits: np.ndarray, depth: float) -> tuple[np.generic, np.ndarray]:
     """The row's largest logit (NaN or inf as they come: the caller checks) and the ascending
-    ids of the logits at least `top - depth` (as `np.flatnonzero(logits >= _floor(top - depth))`).
-    A long row is read as _FOLD rows of `cols` columns: the columns' maxima give the top, and
-    only the columns whose maximum reaches the bar hold band tokens, so just those are searched."""
-    n = logits.shape[0]
-    cols = n // _FOLD
-    if n < max(_FOLD_FROM, _FOLD):
+    ids of the logits at least `top - depth` (as `np.flatnonzero(logits >= _floor(top - depth))`),
+    a long row through `fold` and `at_least`."""
+    if logits.shape[0] < max(_FOLD_FROM, _FOLD):
         top = logits.max()
         return top, (np.flatnonzero(logits >= _floor(float(top) - depth, logits.dtype)) if np.isfinite(top) else _NONE)
-    body, rest = logits[: _FOLD * cols].reshape(_FOLD, cols), logits[_FOLD * cols :]
-    col_max = body.max(axis=0)
-    top = np.maximum(col_max.max(), rest.max()) if rest.size else col_max.max()  # (NaN stays NaN)
-    if not np.isfinite(top):
-        return top, _NONE
-    bar = _floor(float(top) - depth, logits.dtype)
-    hot = np.flatnonzero(col_max >= bar)
-    if hot.size > cols // 8:  # a flat row: gathering its hot columns costs more than one more pass
-        return top, np.flatnonzero(logits >= bar)
-    at, col = np.nonzero(body[:, hot] >= bar)
-    band = at * cols + hot[col]  # row-major: ascending
-    if rest.size:
-        band = np.concatenate((band, _FOLD * cols + np.flatnonzero(rest >= bar)))
-    return top, band
+    f = fold(logits, _FOLD)
+    if not np.isfinite(f.top):
+        return f.top, _NONE
+    bar = _floor(float(f.top) - depth, logits.dtype)
+    band = at_least(f, bar, most=f.col_max.size // 8)  # (a flat row: one more pass is cheaper than gathering)
+    return f.top, np.flatnonzero(logits >= bar) if band is None else band
 
 
 _NONE = np.zeros(0, dtype=np.intp)
