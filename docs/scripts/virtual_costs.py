@@ -15,7 +15,7 @@ prompts (the copy prompts, or make bench's code, story, explanation), temperatur
 TOKENS=n the answer's length (256); SEED0=n the first repeat's seed (1234, then one up per
 repeat); FRESH=1 new engines for each prompt (by default the prompts run in order on one
 engine per column, whose controller carries its state from one prompt to the next, as a
-server's does). NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
+server's does); PAIR=name another pair from models.toml (demo-bad: the Q2_K draft). NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
 machine's spread), drawn from a generator per column seeded with NOISE_SEED (7): the same
 calls in two columns or two versions draw the same factors, and a column that decides
 differently draws differently from there on (so compare versions over several seeds).
@@ -56,6 +56,7 @@ SEED0 = int(os.environ.get("SEED0", "1234"))
 FRESH = os.environ.get("FRESH") == "1"
 NOISE = float(os.environ.get("NOISE", "0"))
 NOISE_SEED = int(os.environ.get("NOISE_SEED", "7"))
+PAIR = os.environ.get("PAIR", "demo")
 
 
 def main() -> None:
@@ -74,7 +75,7 @@ def main() -> None:
 
         model.eval = eval
 
-    target, draft = prepare_pair(load_config(None), "demo")
+    target, draft = prepare_pair(load_config(None), PAIR)
     kinds = {"plain": (None, False), "draftless": (None, True), "model": (draft, False), "hybrid": (draft, True)}
 
     def load() -> dict:
