@@ -15,7 +15,8 @@ prompts (the copy prompts, or make bench's code, story, explanation), temperatur
 TOKENS=n the answer's length (256); SEED0=n the first repeat's seed (1234, then one up per
 repeat); FRESH=1 new engines for each prompt (by default the prompts run in order on one
 engine per column, whose controller carries its state from one prompt to the next, as a
-server's does); PAIR=name another pair from models.toml (demo-bad: the Q2_K draft). NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
+server's does); PAIR=name another pair from models.toml (demo-bad: the Q2_K draft).
+NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
 machine's spread), drawn from a generator per column seeded with NOISE_SEED (7): the same
 calls in two columns or two versions draw the same factors, and a column that decides
 differently draws differently from there on (so compare versions over several seeds).
