@@ -27,6 +27,7 @@ import sys
 
 from edgespec import Engine
 from edgespec.core import lookup_policy as lp
+from edgespec.core.cache import common_prefix
 from edgespec.core.lookup import LookupIndex
 from edgespec.frontends.bench.copying import PROMPTS
 from edgespec.llama.config import load_config
@@ -47,11 +48,7 @@ def table(engine: Engine, prompt: str) -> list[tuple[int, int, int]]:
     index.append(toks[:start])
     for p in range(start, len(toks)):
         prop = index.propose(lp.L_MAX)
-        hold = 0
-        for x, y in zip(prop.tokens, toks[p:]):
-            if x != y:
-                break
-            hold += 1
+        hold = common_prefix(prop.tokens, toks[p : p + len(prop.tokens)])
         rows.append((min(len(prop.tokens), len(toks) - p), prop.n, hold))
         index.append([toks[p]])
     return rows
@@ -64,8 +61,9 @@ def policy(tables: list[list[tuple[int, int, int]]]) -> list[float]:
         while p < len(rows):
             n_prop, match, hold = rows[p]
             k, speed = pol.best(match, n_prop) if n_prop else (0, 0.0)
-            v = cost(k + 1 if k and speed > pol.plain_speed() else 1)
-            if k and speed > pol.plain_speed():
+            k = k if speed > pol.plain_speed() else 0  # lookup only where it beats a plain step
+            v = cost(k + 1)
+            if k:
                 pol.times.add(k + 1, v)
                 pol.observe(match, k, min(hold, k), v, v)
                 p += min(hold, k) + 1
