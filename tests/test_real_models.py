@@ -82,6 +82,35 @@ def test_greedy_draftless_lookup_equals_greedy_plain_where_the_answer_copies_wit
         engine.close()
 
 
+def test_sampled_draftless_lookup_gives_plain_decodings_answer_for_the_same_seed() -> None:
+    """At T = 0.8 a looked-up token is checked by the target's own draw (verify), one draw a
+    token as plain decoding: the same seed gives the same answer. The target's batched and
+    one-token passes round differently (by about 1e-3 in a probability), so now and then a
+    draw falls between the two roundings of a boundary and the answers part there: a rule
+    that draws otherwise (tests/test_lookup_decoding.py's negative control) parts at its
+    first rejected copy, in every answer."""
+    from edgespec import Engine
+    from edgespec.frontends.bench.copying import PROMPTS as COPYING
+
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
+    engine = Engine.load(paths[0], None, n_ctx=2048)
+    same, accepted, rejected = 0, 0, 0
+    try:
+        for name, seed in (("extract", 1), ("extract", 2), ("rename", 2), ("revise", 3), ("edit-code", 2)):
+            options = {"temperature": 0.8, "max_tokens": 128, "seed": seed}
+            plain = engine.generate(COPYING[name], speculative=False, **options)
+            spec = engine.generate(COPYING[name], **options)
+            same += spec.tokens == plain.tokens
+            lookup = spec.stats.sources["lookup"]
+            accepted, rejected = accepted + lookup["accepted"], rejected + lookup["drafted"] - lookup["accepted"]
+    finally:
+        engine.close()
+    assert accepted > 100 and rejected > 20  # copies kept and copies broken, at T = 0.8
+    assert same >= 4, f"{same} of 5 answers equal"
+
+
 def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
     res = demo_engine.generate(PROMPTS[2], temperature=0, max_tokens=64, k=4)
     assert res.stats.acceptance_rate > 0.6

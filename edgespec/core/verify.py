@@ -10,6 +10,13 @@ The residual is computed from both supports matched by token id, never from two
 truncated lists matched by index. With one-hot rows (temperature 0) the rule
 reduces to "accept while x == argmax p, then emit argmax p" and draws nothing
 from the RNG.
+
+A draft token whose q is one-hot (prompt lookup's) is checked the way plain decoding
+samples: the target draws its own token t from p_i, and x is accepted when t == x, else
+t is emitted. That is the same law (x kept with probability p_i(x), and on rejection t
+is p_i without x, renormalised), and it draws once per token emitted, in order, as plain
+decoding does: a draftless answer is plain decoding's own answer for the same seed, at
+any temperature (up to the target's rounding between batch sizes).
 """
 
 from __future__ import annotations
@@ -71,6 +78,12 @@ def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: np.random.Gene
     """
     assert len(q) == len(draft) and len(p) == len(draft) + 1
     for i, x in enumerate(draft):
+        if q[i].ids.size == 1:  # a certain draft token: the target's own draw decides
+            assert int(q[i].ids[0]) == x, "draft token was not sampled from its q row"
+            t = p[i].sample(rng)
+            if t == x:
+                continue
+            return i, t
         px = p[i].prob(x)
         qx = q[i].prob(x)
         assert qx > 0.0, "draft token was not sampled from its q row"
