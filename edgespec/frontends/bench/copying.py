@@ -10,7 +10,8 @@ figure llama-bench gives by default, for reference), its n-gram speculation type
 (ngram-simple, ngram-map-k, ngram-mod; best of) and chained with its model
 draft (ngram-mod,draft-simple at n_max 4 and 8; best of), and edgespec plain,
 draftless (prompt lookup alone), model-only adaptive and hybrid (both sources,
-adaptive). Medians over the repeats; ratios within one run.
+adaptive). Medians over the repeats; ratios within one run. Each repeat's seed is the same
+in every column: above T = 0 edgespec plain and draftless then decode the same answer.
 """
 
 from __future__ import annotations
