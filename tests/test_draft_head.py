@@ -93,8 +93,8 @@ class Misreported(Dist):
         super().__init__(reported.ids, reported.probs)
         self._drawn = drawn
 
-    def sample(self, rng: np.random.Generator) -> int:
-        return self._drawn.sample(rng)
+    def sample(self, rng: np.random.Generator, at: int = 0) -> int:
+        return self._drawn.sample(rng, at)
 
 
 def test_negative_control_a_head_q_misreported_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
 """Prompt lookup through the real decoder and engine (fake models): greedy identity with plain
-decoding, draftless and hybrid; sampled identity with plain decoding, draftless; the sampled
+decoding, draftless and hybrid; a seeded answer is plain decoding's, draftless; the sampled
 law of lookup drafts with a negative control."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 import edgespec.core.decoder as decoder_mod
 from edgespec.core.controller import LOOKUP, AdaptiveK, FixedK, Plan
+from edgespec.core.coupling import Keyed
 from edgespec.core.decoder import Decoder
 from edgespec.core.sampling import SamplingParams
-from edgespec.core.verify import residual
 from tests.chi2 import pvalue, target_joint
 from tests.fakes import FakeModel, decode, make_engine
 
@@ -73,49 +73,39 @@ def test_lookup_tokens_are_their_own_segments() -> None:
     assert sources <= {"lookup", "target"} and "target" in sources
 
 
-# -- the same draws as plain decoding ------------------------------------------------------------
+# -- a seeded answer is plain decoding's --------------------------------------------------------
 SAMPLED = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0)
 LOOPING = [1, 3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4]  # over 12 tokens a sampled answer loops back often
 
 
-def _sampled(lookup_k: int, seed: int) -> tuple[list[int], object]:
+def _sampled(lookup_k: int, rng) -> tuple[list[int], object]:
     """80 tokens at T = 0.8: plain decoding (lookup_k 0), or draftless lookup drafts of lookup_k."""
     dec = Decoder(FakeModel(12), lookup=lookup_k > 0)
     ctrl = FixedK(lookup_k, model=False) if lookup_k else FixedK(0)
     out, last = [], None
-    for step in decode(dec, LOOPING, SAMPLED, ctrl, max_tokens=80, rng=np.random.default_rng(seed)):
+    for step in decode(dec, LOOPING, SAMPLED, ctrl, max_tokens=80, rng=rng):
         out += step.tokens
         last = step
     return out, last
 
 
 @pytest.mark.parametrize("k", [2, 6])
-def test_sampled_draftless_answer_is_plain_decodings_answer_for_the_same_seed(k: int) -> None:
-    """The target draws its own token for each looked-up one (verify): one draw per token
-    emitted, as plain decoding, so the same seed gives the same answer at any temperature."""
+def test_seeded_draftless_answer_is_plain_decodings_answer(k: int) -> None:
+    """With a seed every token is the target's own keyed draw, a looked-up token kept when it
+    is that draw (verify, coupling.py): the same answer as plain decoding, at T = 0.8."""
     for seed in range(6):
-        plain, _ = _sampled(0, seed)
-        spec, last = _sampled(k, seed)
+        plain, _ = _sampled(0, Keyed(seed))
+        spec, last = _sampled(k, Keyed(seed))
         assert spec == plain
         lookup = last.stats.sources["lookup"]
         assert 0 < lookup["accepted"] < lookup["drafted"]  # copies kept and copies broken
 
 
-def test_negative_control_the_textbook_rule_for_a_lookup_token_draws_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_negative_control_the_unseeded_rule_gives_another_answer() -> None:
     """Accepting x with probability p(x) and drawing a rejection's token from the residual is
-    the same law, but draws twice at a rejection: the identity above no longer holds."""
-
-    def textbook(draft, q, p, rng):
-        for i, x in enumerate(draft):
-            if rng.random() < p[i].prob(x):
-                continue
-            return i, residual(p[i], q[i]).sample(rng)
-        return len(draft), p[len(draft)].sample(rng)
-
-    monkeypatch.setattr(decoder_mod, "verify", textbook)
-    assert sum(_sampled(6, seed)[0] != _sampled(0, seed)[0] for seed in range(6)) >= 5
+    the same law, but from a generator's stream: the identity above no longer holds."""
+    differ = sum(_sampled(6, np.random.default_rng(s))[0] != _sampled(0, np.random.default_rng(s))[0] for s in range(6))
+    assert differ >= 5
 
 
 # -- the sampled law -----------------------------------------------------------------------------
@@ -147,11 +137,11 @@ def test_sampled_lookup_output_follows_the_target() -> None:
 def test_negative_control_a_lookup_draft_always_accepted_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     real_verify = decoder_mod.verify
 
-    def accept_lookup(draft, q, p, rng):
+    def accept_lookup(draft, q, p, rng, at=0):
         # WRONG on purpose: a one-hot proposal accepted whatever p says
         if draft and all(d.ids.size == 1 for d in q):
             return len(draft), p[len(draft)].sample(rng)
-        return real_verify(draft, q, p, rng)
+        return real_verify(draft, q, p, rng, at)
 
     monkeypatch.setattr(decoder_mod, "verify", accept_lookup)
     joint = _target_joint(FakeModel(N_VOCAB, eos_bias=-50.0, sharp=1.0))

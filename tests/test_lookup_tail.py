@@ -112,9 +112,9 @@ def test_a_looked_up_copy_stops_at_its_end_of_generation_token(monkeypatch: pyte
     verified: list[list[int]] = []
     real = decoder_mod.verify
 
-    def watch(draft, q, p, rng):
+    def watch(draft, q, p, rng, at=0):
         verified.append(list(draft))
-        return real(draft, q, p, rng)
+        return real(draft, q, p, rng, at)
 
     monkeypatch.setattr(decoder_mod, "verify", watch)
     run(Decoder(FakeModel(), lookup=True), FixedK(8, model=False), n=4, prompt=context)

@@ -82,33 +82,35 @@ def test_greedy_draftless_lookup_equals_greedy_plain_where_the_answer_copies_wit
         engine.close()
 
 
-def test_sampled_draftless_lookup_gives_plain_decodings_answer_for_the_same_seed() -> None:
-    """At T = 0.8 a looked-up token is checked by the target's own draw (verify), one draw a
-    token as plain decoding: the same seed gives the same answer. The target's batched and
-    one-token passes round differently (by about 1e-3 in a probability), so now and then a
-    draw falls between the two roundings of a boundary and the answers part there: a rule
-    that draws otherwise (tests/test_lookup_decoding.py's negative control) parts at its
-    first rejected copy, in every answer."""
+@pytest.mark.parametrize("draft", [False, True], ids=["draftless", "pair"])
+def test_seeded_sampled_answers_are_plain_decodings_answers(draft: bool) -> None:
+    """At T = 0.8 with a seed, every token is the target's own keyed draw (coupling.py), and a
+    draft token (looked up or the model's) is kept when it is that draw: the answer is plain
+    decoding's for the seed, whatever K. The target's batched and one-token passes round
+    differently (by about 1e-3 in a probability), so now and then a draw falls between the
+    two roundings of a boundary and the answers part there; the unseeded rule parts at its
+    first rejection in every answer (tests/test_coupling.py's negative control)."""
     from edgespec import Engine
     from edgespec.frontends.bench.copying import PROMPTS as COPYING
 
     paths = demo_paths()
     if paths is None:
         pytest.skip("demo pair not prepared (run `edgespec models prepare demo`)")
-    engine = Engine.load(paths[0], None, n_ctx=2048)
-    same, accepted, rejected = 0, 0, 0
+    engine = Engine.load(paths[0], paths[1] if draft else None, n_ctx=2048)
+    same, runs, accepted, rejected = 0, 0, 0, 0
     try:
         for name, seed in (("extract", 1), ("extract", 2), ("rename", 2), ("revise", 3), ("edit-code", 2)):
             options = {"temperature": 0.8, "max_tokens": 128, "seed": seed}
             plain = engine.generate(COPYING[name], speculative=False, **options)
-            spec = engine.generate(COPYING[name], **options)
-            same += spec.tokens == plain.tokens
-            lookup = spec.stats.sources["lookup"]
-            accepted, rejected = accepted + lookup["accepted"], rejected + lookup["drafted"] - lookup["accepted"]
+            for k in (None, 6) if draft else (None,):
+                spec = engine.generate(COPYING[name], k=k, **options)
+                same, runs = same + (spec.tokens == plain.tokens), runs + 1
+                accepted += spec.stats.n_accepted
+                rejected += spec.stats.n_drafted - spec.stats.n_accepted
     finally:
         engine.close()
-    assert accepted > 100 and rejected > 20  # copies kept and copies broken, at T = 0.8
-    assert same >= 4, f"{same} of 5 answers equal"
+    assert accepted > 100 and rejected > 20  # drafts kept and drafts rejected, at T = 0.8
+    assert same >= runs - 1, f"{same} of {runs} answers equal"
 
 
 def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
@@ -116,18 +118,33 @@ def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
     assert res.stats.acceptance_rate > 0.6
 
 
-def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine) -> None:
-    """Seeded two-sample chi-square over the 2nd generated token, plain vs speculative (K=3)."""
+def _two_tokens_unseeded(engine, prompt: str, seed: int, spec: bool) -> list[int]:  # type: ignore[no-untyped-def]
+    """The decoder run as an unseeded request is (the rejection rule), its generator seeded here."""
+    from edgespec.core.controller import FixedK
+    from edgespec.core.request import Request
+    from edgespec.core.sampling import SamplingParams
+
+    request = Request(SamplingParams(temperature=0.8), FixedK(3 if spec else 0), 2, np.random.default_rng(seed))
+    return [t for step in engine._decoder.run(engine.tokenize(prompt), request) for t in step.tokens]
+
+
+@pytest.mark.parametrize("rule", ["seeded", "unseeded"])
+def test_sampled_speculative_early_tokens_match_plain_distribution(demo_engine, rule: str) -> None:
+    """Two-sample chi-square over the 2nd generated token, plain vs speculative (K=3): with a
+    seed per answer (keyed draws, coupling.py), and as unseeded requests (the rejection rule)."""
     prompt = "Name one animal:"
     n = 250
     counts: dict[str, dict[int, int]] = {"plain": {}, "spec": {}}
     for seed in range(n):
         for name, spec in (("plain", False), ("spec", True)):
-            r = demo_engine.generate(
-                prompt, temperature=0.8, max_tokens=2, seed=seed + 1000 * spec, speculative=spec, k=3
-            )
-            if len(r.tokens) == 2:
-                counts[name][r.tokens[1]] = counts[name].get(r.tokens[1], 0) + 1
+            if rule == "seeded":
+                tokens = demo_engine.generate(
+                    prompt, temperature=0.8, max_tokens=2, seed=seed + 1000 * spec, speculative=spec, k=3
+                ).tokens
+            else:
+                tokens = _two_tokens_unseeded(demo_engine, prompt, seed + 1000 * spec, spec)
+            if len(tokens) == 2:
+                counts[name][tokens[1]] = counts[name].get(tokens[1], 0) + 1
     # pool rare tokens so every expected cell is large enough
     total = {
         t: counts["plain"].get(t, 0) + counts["spec"].get(t, 0) for t in set(counts["plain"]) | set(counts["spec"])

@@ -20,10 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..core import defaults, templates
 from ..core.controller import AdaptiveK, Controller, FixedK, StepTimes
+from ..core.coupling import draws
 from ..core.decoder import Decoder
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
@@ -293,7 +292,7 @@ class Engine:
                 params=params,
                 controller=self._controller(k, params.temperature, max_tokens),
                 max_tokens=max_tokens,
-                rng=np.random.default_rng(params.seed),
+                rng=draws(params.seed),
                 speculative=speculative,
                 cancel=gen.cancelled,
                 logprobs=logprobs,

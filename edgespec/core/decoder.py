@@ -29,8 +29,6 @@ import time
 from collections.abc import Generator, Sequence
 from typing import NamedTuple
 
-import numpy as np
-
 from .cache import Cache, common_prefix
 from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
@@ -43,7 +41,7 @@ from .model import Model
 from .penalties import History
 from .recent import Recent
 from .request import Request, Step
-from .sampling import Dist, Row, SamplingParams, confidence, draft_params, head_k, prob_of, to_dist, whole
+from .sampling import Dist, Draws, Row, SamplingParams, confidence, draft_params, head_k, prob_of, to_dist, whole
 from .step_stats import account, snapshot
 from .target_rows import TargetRows
 from .verify import verify
@@ -191,7 +189,7 @@ class Decoder:
             rows = self.target.extend([committed[-1], *drafts], logits_from=0)
             t_sample = time.perf_counter()
             p_rows = TargetRows(rows, req.params, hist, drafts)
-            a, token = verify(drafts, qs, p_rows, req.rng)
+            a, token = verify(drafts, qs, p_rows, req.rng, len(committed))
             new = [*drafts[:a], token]
             emit, finish = new, None
             for i, tok in enumerate(new):
@@ -295,7 +293,7 @@ class Decoder:
         draft: Cache,
         k: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         plan: Plan,
         hist: Constraints | None,
         tail: Tail | None = None,
@@ -333,7 +331,7 @@ class Decoder:
                 if hist is not None:
                     row = hist.apply(whole(row))
                 q = to_dist(row, params)
-                x = q.sample(rng)
+                x = q.sample(rng, len(self.committed) + i)
                 drafts.append(x)
                 qs.append(q)
                 if hist is not None:

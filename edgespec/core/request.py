@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import numpy as np
-
 from .events import Stats, TokenLogprob
 from .grammar import Grammar
 from .plans import LOOKUP, MODEL, Controller
-from .sampling import SamplingParams
+from .sampling import Draws, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -20,7 +18,7 @@ class Request:
     params: SamplingParams
     controller: Controller
     max_tokens: int
-    rng: np.random.Generator
+    rng: Draws  # a seeded request's are keyed by position (coupling.Keyed): its answer is plain decoding's
     speculative: bool = True
     cancel: threading.Event | None = None
     lookup: bool = True  # draft from prompt lookup too, where the decoder has an index

@@ -14,7 +14,8 @@ Order follows llama.cpp's default chain: logit bias and penalties (which
 depend on the history: penalties.py, applied by the decoder before to_dist),
 then top-k, top-p, min-p on the untempered logits, then temperature, then
 softmax over the survivors.
-Pure numpy; the RNG is always injected.
+Pure numpy; the RNG is always injected: a numpy Generator, or a seeded request's
+position-keyed draws (coupling.Keyed), which `Dist.sample` asks for the token's position.
 
 The definition sorts the k largest logits (the whole row when top-k is off)
 and cuts; at 150k-260k vocabularies that sort is most of a row's cost. So
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import defaults
+from .coupling import Keyed
 from .penalties import Penalties
 from .top_p import at_least, fold, untruncated_head
 
@@ -43,6 +45,7 @@ from .top_p import at_least, fold, untruncated_head
 _sum = np.add.reduce
 _ONE = np.ones(1)
 _ONE.flags.writeable = False
+Draws = np.random.Generator | Keyed  # what a decoding run draws its tokens with
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,13 @@ class Dist:
         self._last = (token, p)
         return p
 
-    def sample(self, rng: np.random.Generator) -> int:
+    def sample(self, rng: Draws, at: int = 0) -> int:
+        """A token drawn from this distribution; `at`: its position in the sequence (the
+        only thing a seeded request's draws depend on besides the seed and the token ids)."""
         if self.ids.size == 1:
             j = 0
+        elif isinstance(rng, Keyed):
+            j = rng.pick(self.ids, self.probs, at)
         else:
             if self._cdf is None:
                 self._cdf = self.probs.cumsum()

@@ -11,12 +11,12 @@ truncated lists matched by index. With one-hot rows (temperature 0) the rule
 reduces to "accept while x == argmax p, then emit argmax p" and draws nothing
 from the RNG.
 
-A draft token whose q is one-hot (prompt lookup's) is checked the way plain decoding
-samples: the target draws its own token t from p_i, and x is accepted when t == x, else
-t is emitted. That is the same law (x kept with probability p_i(x), and on rejection t
-is p_i without x, renormalised), and it draws once per token emitted, in order, as plain
-decoding does: a draftless answer is plain decoding's own answer for the same seed, at
-any temperature (up to the target's rounding between batch sizes).
+A seeded request's draws (coupling.Keyed) are checked another way, with the same law:
+every token emitted is the target's own draw at its position, a function of the seed and
+the position alone, and a draft token (drawn by the draft model with the same noise, or
+looked up) is kept when it is that draw. The answer is then plain decoding's for the
+seed, whatever was drafted. A looked-up token (one-hot q) is kept with probability
+p_i(x), as above; a model's draft token a little less often than above (coupling.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .sampling import Dist
+from .coupling import Keyed
+from .sampling import Dist, Draws
 
 
 class Rows(Protocol):
@@ -68,22 +69,18 @@ def _zeros(n: int) -> np.ndarray:
     return row[:n]
 
 
-def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: np.random.Generator) -> tuple[int, int]:
+def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: Draws, at: int = 0) -> tuple[int, int]:
     """Check K draft tokens against the target.
 
     `q[i]` is the draft distribution draft[i] was sampled from, `p[i]` the
     target's at the same position; `p` has K+1 rows (the last one for the
-    bonus token). Returns (number of draft tokens accepted, the token the
-    target emits after them).
+    bonus token); `at` is draft[0]'s position in the sequence. Returns (number
+    of draft tokens accepted, the token the target emits after them).
     """
     assert len(q) == len(draft) and len(p) == len(draft) + 1
+    if isinstance(rng, Keyed):
+        return _keyed(draft, q, p, rng, at)
     for i, x in enumerate(draft):
-        if q[i].ids.size == 1:  # a certain draft token: the target's own draw decides
-            assert int(q[i].ids[0]) == x, "draft token was not sampled from its q row"
-            t = p[i].sample(rng)
-            if t == x:
-                continue
-            return i, t
         px = p[i].prob(x)
         qx = q[i].prob(x)
         assert qx > 0.0, "draft token was not sampled from its q row"
@@ -91,3 +88,13 @@ def verify(draft: Sequence[int], q: Sequence[Dist], p: Rows, rng: np.random.Gene
             continue
         return i, residual(p[i], q[i]).sample(rng)
     return len(draft), p[len(draft)].sample(rng)
+
+
+def _keyed(draft: Sequence[int], q: Sequence[Dist], p: Rows, keyed: Keyed, at: int) -> tuple[int, int]:
+    """A seeded request's check: each token emitted is the target's own draw at its position."""
+    for i, x in enumerate(draft):
+        assert q[i].prob(x) > 0.0, "draft token was not sampled from its q row"
+        t = p[i].sample(keyed, at + i)
+        if t != x:
+            return i, t
+    return len(draft), p[len(draft)].sample(keyed, at + len(draft))
