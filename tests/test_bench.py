@@ -38,7 +38,7 @@ def test_bench_interleaves_columns_and_writes_reports(tmp_path: Path, capsys: py
     assert sorted(p_min) == [0.0, 0.8] and all(sorted(v) == ["0.0", "0.3", "0.6"] for v in p_min.values())
     md = (out / "bench.md").read_text()
     assert "| code | 0.0 |" in md and "adaptive" in md and "p_min 0.6" in md
-    assert "each column samples its own text" in md  # a T = 0.8 cell ran
+    assert "the edgespec columns of a round decode one answer" in md  # a T = 0.8 cell ran
     assert (out / "bench.png").stat().st_size > 1000
     assert "edgespec bench" in capsys.readouterr().out
 

@@ -11,7 +11,7 @@ figure llama-bench gives by default, for reference), its n-gram speculation type
 draft (ngram-mod,draft-simple at n_max 4 and 8; best of), and edgespec plain,
 draftless (prompt lookup alone), model-only adaptive and hybrid (both sources,
 adaptive). Medians over the repeats; ratios within one run. Each repeat's seed is the same
-in every column: above T = 0 edgespec plain and draftless then decode the same answer.
+in every column: above T = 0 the edgespec columns then decode the same answer.
 """
 
 from __future__ import annotations

@@ -209,12 +209,13 @@ def markdown(result: dict) -> str:
 
 
 UNPAIRED = (
-    "Above T = 0 each column samples its own text (the same distribution, not the same tokens), "
-    "and texts differ in length and in how well the draft agrees with them: a column's median "
-    "carries that luck."
+    "Above T = 0 the edgespec columns of a round decode one answer (its seed draws each token with "
+    'noise keyed by position, so K does not change it: README, "How decoding works"), and llama.cpp\'s '
+    "each sample their own text; rounds differ in length and in how well the draft agrees with "
+    "their answers, and a median carries that luck."
 )
 BEST_OF = (
-    "The best fixed K, the best of several such columns, carries more of it than the median fixed K; "
+    "The best fixed K, the best of several columns, carries more of the machine's noise than the median fixed K; "
     "the held-out ratio picks each round's K from the other rounds' medians (no luck picks it, "
     "but a pick may miss the best K): the truth lies between the two."
 )
@@ -259,9 +260,9 @@ def chart(result: dict, path: Path) -> None:
 
 
 LOOKUP_NOTE = (
-    "\nAbove T = 0 edgespec plain and draftless decode the same answer for a seed (a looked-up token is "
-    "checked by the target's own draw, one draw a token as plain decoding), so their ratio compares one text; "
-    "the model and hybrid columns, and llama.cpp's, each sample their own.\n"
+    "\nAbove T = 0 the edgespec columns (plain, draftless, model, hybrid) decode the same answer in a "
+    "round (one seed, each token drawn with noise keyed by position), so their ratios compare one text; "
+    "llama.cpp's columns each sample their own.\n"
 )
 
 
