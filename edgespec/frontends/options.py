@@ -55,7 +55,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=defaults.TOP_K)
     g.add_argument("--top-p", type=float, default=defaults.TOP_P)
     g.add_argument("--min-p", type=float, default=defaults.MIN_P)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument(
+        "--seed", type=int, default=None, help="reproducible sampling: the answer plain decoding gives for this seed"
+    )
     g.add_argument(
         "--presence-penalty",
         type=float,
