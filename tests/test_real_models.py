@@ -119,7 +119,8 @@ def test_acceptance_is_high_for_same_model_pair(demo_engine) -> None:
 
 
 def _two_tokens_unseeded(engine, prompt: str, seed: int, spec: bool) -> list[int]:  # type: ignore[no-untyped-def]
-    """The decoder run as an unseeded request is (the rejection rule), its generator seeded here."""
+    """Two tokens decoded as an unseeded request is (the rejection rule), through the engine's
+    decoder with a generator seeded here so that the test repeats."""
     from edgespec.core.controller import FixedK
     from edgespec.core.request import Request
     from edgespec.core.sampling import SamplingParams
