@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.frontends.bench.report import UNPAIRED, held_out_ratio, sampled_note
+from edgespec.frontends.bench.report import ROUNDS, held_out_ratio, sampled_note
 
 
 def test_the_caveat_follows_the_temperatures_of_the_cells() -> None:
@@ -13,7 +13,7 @@ def test_the_caveat_follows_the_temperatures_of_the_cells() -> None:
     sampled = {"cells": [{"temperature": 0.0}, {"temperature": 0.8}]}
     assert sampled_note(greedy) == []
     note = sampled_note(sampled)
-    assert note[0] == "" and note[1].startswith(UNPAIRED) and "virtual_costs.py" in note[1]
+    assert note[0] == "" and note[1].startswith(ROUNDS) and "virtual_costs.py" in note[1]
 
 
 def _cell(adaptive: list[float], **fixed: list[float]) -> dict:

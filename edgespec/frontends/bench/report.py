@@ -204,11 +204,11 @@ def markdown(result: dict) -> str:
         for name, v in bp["prompts"].items():
             p, a, k4 = v["plain"]["tokens_per_s"], v["adaptive"]["tokens_per_s"], v["k4"]["tokens_per_s"]
             out.append(f"| {name} | {p:.1f} | {a:.1f} | {k4:.1f} | {ratio(a, p)} |")
-        out += ["", f"{UNPAIRED} {DECISIONS}"]
+        out += ["", f"{ROUNDS} {DECISIONS}"]
     return "\n".join(out) + "\n"
 
 
-UNPAIRED = (
+ROUNDS = (  # what the columns of a round share above T = 0, and what a median carries
     "Above T = 0 the edgespec columns of a round decode one answer (its seed draws each token with "
     'noise keyed by position, so K does not change it: README, "How decoding works"), and llama.cpp\'s '
     "each sample their own text; rounds differ in length and in how well the draft agrees with "
@@ -229,7 +229,7 @@ def sampled_note(result: dict) -> list[str]:
     """The caveat under the cells table when some cell was sampled (T > 0); none at T = 0 alone."""
     if not any(c["temperature"] > 0 for c in result["cells"]):
         return []
-    return ["", f"{UNPAIRED} {BEST_OF} {DECISIONS}"]
+    return ["", f"{ROUNDS} {BEST_OF} {DECISIONS}"]
 
 
 def chart(result: dict, path: Path) -> None:
