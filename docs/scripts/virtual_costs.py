@@ -20,6 +20,9 @@ NOISE=sigma multiplies each call's cost by a lognormal factor (a shared
 machine's spread), drawn from a generator per column seeded with NOISE_SEED (7): the same
 calls in two columns or two versions draw the same factors, and a column that decides
 differently draws differently from there on (so compare versions over several seeds).
+DRIFT=a multiplies every cost by exp(a * (sin(2 pi t / P) + sin(2 pi t / 2.7 P + 1)) / 2), t
+the virtual clock in seconds, P = DRIFT_P (5): a machine whose speed wanders over seconds (other
+processes, a laptop's clock as it heats), the same for every column at the same moment.
 The costs of stop 39's make bench (a draft token 0.43 of a plain step, each verified token
 0.13 more) are COSTS=0.76,0.68. make bench's adaptive cells, noise-free:
 
@@ -36,6 +39,7 @@ A scratch tool: it reaches into the engine (its decoder's models and clock) as t
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -57,6 +61,8 @@ SEED0 = int(os.environ.get("SEED0", "1234"))
 FRESH = os.environ.get("FRESH") == "1"
 NOISE = float(os.environ.get("NOISE", "0"))
 NOISE_SEED = int(os.environ.get("NOISE_SEED", "7"))
+DRIFT = float(os.environ.get("DRIFT", "0"))
+DRIFT_P = float(os.environ.get("DRIFT_P", "5"))
 PAIR = os.environ.get("PAIR", "demo")
 
 
@@ -71,7 +77,15 @@ def main() -> None:
         evaluate = model.eval
 
         def eval(tokens, pos, logits_from=None):
-            clock.now += cost(len(tokens)) * (float(rng.lognormal(0.0, NOISE)) if NOISE else 1.0)
+            load = math.exp(
+                DRIFT
+                * (
+                    math.sin(2 * math.pi * clock.now / DRIFT_P)
+                    + math.sin(2 * math.pi * clock.now / (2.7 * DRIFT_P) + 1)
+                )
+                / 2
+            )
+            clock.now += cost(len(tokens)) * load * (float(rng.lognormal(0.0, NOISE)) if NOISE else 1.0)
             return evaluate(tokens, pos, logits_from)
 
         model.eval = eval

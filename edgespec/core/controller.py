@@ -23,22 +23,23 @@ alpha_i (`Acceptance`, kept apart where lookup finds a copy: `ByContext`) follow
 long memory, and a change test that jumps to a turned text within a few steps.
 
 Exploration: every PROBE_EVERY steps (fewer where a change of K costs a rebuild) it tries a
-neighbour of its best K, every fourth a plain step, so T(0) stays fresh. When K = 0 wins it
-decodes plainly and now and then plans a scored catch-up (`Plan.score`): the decoder feeds
-the draft the tokens it missed (Decoder._catch_up) and scores each with the chance a draft
-of it would have been accepted. The next comes when the last check's cost would be
-PROBE_BUDGET of the plain steps since (while a return has paid, `_paid`, its fixed part
-alone), none where drafts all accepted until max_tokens would not repay it (`begin`).
-Without scores (penalties or a grammar) it probes K = 1 or 2, spaced alike, and at once
-after a probe whose drafts were all accepted. Leaving plain needs a gain of LEAVE_PLAIN.
+neighbour of its best K (first, a K between those timed that might beat it: `StepTimes.untimed`),
+every fourth a plain step, so T(0) stays fresh. When K = 0 wins it decodes plainly and now and
+then plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it missed
+(Decoder._catch_up) and scores each with the chance a draft of it would have been accepted.
+The next comes when the last check's cost would be PROBE_BUDGET of the plain steps since
+(while a return has paid, `_paid`, its fixed part alone), none where drafts all accepted
+until max_tokens would not repay it (`begin`). Without scores (penalties or a grammar) it
+probes K = 1 or 2, spaced alike, and at once after a probe whose drafts were all accepted.
+Leaving plain needs a gain of LEAVE_PLAIN.
 
 Within a step, drafting stops after a token the draft is unsure of when that pays:
 acceptance is also kept per bucket of the draft's confidence in its token (SURE_EDGES),
 and `stop_threshold` finds the buckets where "this token and the next both accepted" is
 worth less than one more draft token costs (the curve's local step per K). The decoder
-stops drafting after a token whose confidence is below the plan's threshold. A pair's
-fixed `p_min` is a floor under it (one meaning of "sure": the draft's probability of the
-token it drafted, untempered at temperature 0). Pure: no model, no clock, no I/O.
+stops drafting after a token whose confidence ("sure": the draft's probability of its token,
+untempered at T = 0) is below the plan's threshold, or a pair's fixed `p_min`.
+Pure: no model, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -168,13 +169,11 @@ class AdaptiveK:
         return self.speed(best) / plain if plain > 0 else None
 
     def stop_threshold(self, best: int) -> float:
-        """The confidence below which drafting should stop after a token. One more draft
-        token costs the curve's local step per K and pays only if this token and the next
-        are both accepted, each accepted token being worth 1/speed seconds; a confidence
-        bucket where that expectation falls short stops the draft (its token is still
-        verified: the rule looks at the draft's side only, so it does not change the
-        output). The threshold is the top edge of the highest such bucket, which assumes
-        acceptance grows with confidence (it does, measured: 0.45 to 0.96 on the Q2_K pair)."""
+        """The confidence below which drafting stops after a token. One more draft token costs
+        the curve's local step per K and pays only if this token and the next are both accepted,
+        each worth 1/speed seconds; a confidence bucket where that falls short stops the draft
+        (its token is still verified: the draft's side only, the output is unchanged). The top
+        edge of the highest such bucket (acceptance grows with confidence: 0.45 to 0.96, Q2_K)."""
         if best < 1:
             return 0.0
         curve = self.step_costs()
@@ -354,7 +353,8 @@ class AdaptiveK:
         # keep the neighbours' costs fresh, and now and then the plain step's time (the
         # yardstick for everything else: a stale or unlucky one misleads every decision)
         self._probes += 1
-        return (min(self.k_max, best + 1), max(1, best - 1), min(self.k_max, best + 1), 0)[self._probes % 4]
+        k = (min(self.k_max, best + 1), max(1, best - 1), min(self.k_max, best + 1), 0)[self._probes % 4]
+        return k and self.times.untimed(self.expected_tokens, self.speed(best)) or k
 
     def observe(self, o: StepOutcome) -> None:
         self._seen += 1

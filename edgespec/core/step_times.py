@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 
 from . import defaults
 from .lookup_policy import STALE, VerifyTimes
@@ -63,6 +64,10 @@ SETTLE = 2
 # rebuild diluted by the draft's share of the step (an H200's 8B target: about 0.8 on plain
 # steps; a simulated draft a third of a step under a rebuild of 0.68: 1.26-1.33 by K)
 RESHAPE_MIN = 0.15
+# what an untimed K's least possible speed must beat the best K's by to be probed (`untimed`): the
+# bound takes the verify as flat, a few % too fast for the next K on a CPU's line, where probing
+# every K it beat cost 1-5% at T = 0.8 on the demo pair (fixed per-call costs); a tile's saving is more
+UNTIMED_GAIN = 1.05
 
 
 class StepTimes:
@@ -186,6 +191,29 @@ class StepTimes:
         """The largest K measured."""
         self.curve()
         return self._curve[2]
+
+    def optimistic(self, k: int) -> float:
+        """The least a step at a K timed fewer than twice can cost, where a K below it (not 0)
+        was timed: that K's cost and the draft's own per extra token, the verify taken as flat
+        (a line through measured K misses a batch size the target runs as cheaply as a smaller
+        one: on the demo pair's CPU 6, 7 and 8 tokens took 47 ms, 9 took 52); 0 else."""
+        if self.by_k[k].n >= 2:
+            return 0.0
+        below = max((j for j in range(1, k) if self.by_k[j].n >= 2), default=0)
+        return self.curve()[below] + (k - below) * self.draft_slope() if below else 0.0
+
+    def untimed(self, expected: Callable[[int], float], best: float) -> int:
+        """The K up to `reach()` not yet timed that, at its least possible cost (`optimistic`) and
+        `expected` tokens a step, would be the fastest, beating `best` tokens per second by
+        UNTIMED_GAIN; 0 if none. The controller probes it: neighbours of the best K alone leave a cheap batch size
+        two K away untimed (the line through K = 3 and 8 put K = 6 at 168 ms, 147 timed), and
+        past a dear one (a matmul's tile: 5 tokens cost as 8) the rise says the rest is dear."""
+        pick, best = 0, best * UNTIMED_GAIN
+        for k in range(2, self.reach() + 1):
+            t = self.optimistic(k)
+            if t > 0 and expected(k) / t > best:
+                best, pick = expected(k) / t, k
+        return pick
 
     def reach(self, frontier: int | None = None) -> int:
         """The largest K worth a try past the frontier: half as far again (at least one K), so
