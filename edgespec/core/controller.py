@@ -23,7 +23,7 @@ alpha_i (`Acceptance`, kept apart where lookup finds a copy: `ByContext`) follow
 long memory, and a change test that jumps to a turned text within a few steps.
 
 Exploration: every PROBE_EVERY steps (fewer where a change of K costs a rebuild) it tries a
-neighbour of its best K (first, a K between those timed that might beat it: `StepTimes.untimed`),
+neighbour of its best K (first, any K not yet timed that might beat it: `StepTimes.untimed`),
 every fourth a plain step, so T(0) stays fresh. When K = 0 wins it decodes plainly and now and
 then plans a scored catch-up (`Plan.score`): the decoder feeds the draft the tokens it missed
 (Decoder._catch_up) and scores each with the chance a draft of it would have been accepted.

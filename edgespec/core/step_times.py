@@ -203,11 +203,12 @@ class StepTimes:
         return self.curve()[below] + (k - below) * self.draft_slope() if below else 0.0
 
     def untimed(self, expected: Callable[[int], float], best: float) -> int:
-        """The K up to `reach()` not yet timed that, at its least possible cost (`optimistic`) and
-        `expected` tokens a step, would be the fastest, beating `best` tokens per second by
-        UNTIMED_GAIN; 0 if none. The controller probes it: neighbours of the best K alone leave a cheap batch size
-        two K away untimed (the line through K = 3 and 8 put K = 6 at 168 ms, 147 timed), and
-        past a dear one (a matmul's tile: 5 tokens cost as 8) the rise says the rest is dear."""
+        """The K up to `reach()` not yet timed that, at its least possible cost (`optimistic`)
+        and `expected` tokens a step, would be the fastest, beating `best` tokens per second
+        by UNTIMED_GAIN; 0 if none. The controller probes it: neighbours of the best K alone
+        leave a cheap batch size two K away untimed (the line through K = 3 and 8 put K = 6 at
+        168 ms, 147 timed), and past a dear one (a matmul's tile: 5 tokens cost as 8) the
+        rise says every K further is dear."""
         pick, best = 0, best * UNTIMED_GAIN
         for k in range(2, self.reach() + 1):
             t = self.optimistic(k)
