@@ -212,8 +212,9 @@ class StepTimes:
         pick, best = 0, best * UNTIMED_GAIN
         for k in range(2, self.reach() + 1):
             t = self.optimistic(k)
-            if t > 0 and expected(k) / t > best:
-                best, pick = expected(k) / t, k
+            speed = expected(k) / t if t > 0 else 0.0
+            if speed > best:
+                best, pick = speed, k
         return pick
 
     def reach(self, frontier: int | None = None) -> int:
