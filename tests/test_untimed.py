@@ -64,7 +64,7 @@ def test_adaptive_finds_the_cheap_k_past_a_dear_tile(seed: int) -> None:
 
 def test_without_timing_the_untimed_k_it_stays_on_the_first_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     # the negative control: neighbours alone, as before, leave most seeds at K = 3
-    monkeypatch.setattr(StepTimes, "untimed", lambda self, expected, best: 0)
+    monkeypatch.setattr(StepTimes, "untimed", lambda self, expected, best, top=None: 0)
     shares = []
     for seed in range(6):
         m = Tiled(0.97, 0.004, 0.022, 0.3, seed=seed)

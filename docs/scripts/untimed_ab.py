@@ -31,7 +31,7 @@ def main() -> None:
     rule = StepTimes.untimed
 
     def once(engine: Engine, prompt: str, k: int | None, seed: int, on: bool) -> float:
-        StepTimes.untimed = rule if on else (lambda self, expected, best: 0)  # type: ignore[method-assign]
+        StepTimes.untimed = rule if on else (lambda self, expected, best, top=None: 0)  # type: ignore[method-assign]
         engine.reset()
         return engine.generate(prompt, temperature=temp, max_tokens=256, k=k, seed=seed).stats.tokens_per_s
 

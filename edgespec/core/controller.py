@@ -149,16 +149,16 @@ class AdaptiveK:
         return self._speeds
 
     def speed(self, k: int) -> float:
-        speeds = self.speeds()
-        return speeds[k] if k < len(speeds) else 0.0  # past reach + 1: not a candidate
+        return s[k] if k < len(s := self.speeds()) else 0.0  # past reach + 1: not a candidate
 
     def best_k(self) -> int:
-        """The fastest K among those measured and up to `reach()` past the largest measured
-        (where the cost is extrapolated: stepping there is how the range grows). Where a change
-        of K costs rebuilds, the last step's K stays unless the best repays two within STAY steps."""
+        """The fastest K up to `reach()` past the largest measured (the cost extrapolated: stepping
+        there is how the range grows) and past the deepest position drafted (`Acceptance.reach`). Where
+        a change of K costs rebuilds, the last step's K stays unless the best repays two within STAY steps."""
         if not self.times.measured():
             return -1  # not measured yet
-        speeds, top, last, r = self.speeds(), self.times.reach(), self.times.last_k, self.times.reshape()
+        top = min(self.times.reach(), self.acc.now.reach())
+        speeds, last, r = self.speeds(), self.times.last_k, self.times.reshape()
         best = max(range(top + 1), key=speeds.__getitem__)
         stay = r > 0 and best > 0 and 0 < last <= top and speeds[last] * (1 + 2 * r / STAY) >= speeds[best]
         return last if stay else best
@@ -354,7 +354,7 @@ class AdaptiveK:
         # yardstick for everything else: a stale or unlucky one misleads every decision)
         self._probes += 1
         k = (min(self.k_max, best + 1), max(1, best - 1), min(self.k_max, best + 1), 0)[self._probes % 4]
-        return k and self.times.untimed(self.expected_tokens, self.speed(best)) or k
+        return k and self.times.untimed(self.expected_tokens, self.speed(best), self.acc.now.reach()) or k
 
     def observe(self, o: StepOutcome) -> None:
         self._seen += 1

@@ -202,15 +202,15 @@ class StepTimes:
         below = max((j for j in range(1, k) if self.by_k[j].n >= 2), default=0)
         return self.curve()[below] + (k - below) * self.draft_slope() if below else 0.0
 
-    def untimed(self, expected: Callable[[int], float], best: float) -> int:
-        """The K up to `reach()` not yet timed that, at its least possible cost (`optimistic`)
+    def untimed(self, expected: Callable[[int], float], best: float, top: int | None = None) -> int:
+        """The K up to `reach()` (and `top`) not yet timed that, at its least possible cost (`optimistic`)
         and `expected` tokens a step, would be the fastest, beating `best` tokens per second
         by UNTIMED_GAIN; 0 if none. The controller probes it: neighbours of the best K alone
         leave a cheap batch size two K away untimed (the line through K = 3 and 8 put K = 6 at
         168 ms, 147 timed), and past a dear one (a matmul's tile: 5 tokens cost as 8) the
         rise says every K further is dear."""
         pick, best = 0, best * UNTIMED_GAIN
-        for k in range(2, self.reach() + 1):
+        for k in range(2, min(self.reach(), top if top is not None else self.k_max) + 1):
             t = self.optimistic(k)
             speed = expected(k) / t if t > 0 else 0.0
             if speed > best:
