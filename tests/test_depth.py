@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from edgespec.core.acceptance import Acceptance
-from edgespec.core.controller import WARMUP_ACCEPTANCE, AdaptiveK, StepOutcome
+from edgespec.core.controller import WARMUP_ACCEPTANCE, AdaptiveK, StepOutcome, StepTimes
 from tests.test_untimed import times_at
 
 DRAFT = 0.004  # seconds per draft token
@@ -18,7 +18,7 @@ def cost(k: int) -> float:
     return 0.020 + 0.006 * k  # a step: the verify's line and the draft's tokens
 
 
-def warm_engine_times():  # type: ignore[no-untyped-def]
+def warm_engine_times() -> StepTimes:
     """Step costs an earlier temperature measured, up to K = 16 (reach 24)."""
     return times_at({k: cost(k) for k in (0, 2, 4, 8, 12, 16)}, DRAFT)
 
