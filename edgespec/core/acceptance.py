@@ -55,6 +55,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
+from .step_times import half_again
+
 DECAY = 0.98  # per drafting step: ~50 steps of memory, enough for a rate within a few % on steady text
 SHRINK = 4.0  # pseudo-counts pulling a per-position or per-bucket rate towards the pooled one
 CHANGE_WINDOW = 8  # steps a turn may take to show: enough tokens tried even when few are accepted
@@ -118,11 +120,11 @@ class Acceptance:
 
     def reach(self) -> int:
         """The largest K this record's evidence supports: half as far again as the deepest
-        position tested (at least one more; with a `base`, the deeper of the two). Positions
+        position tested, as the step costs' `reach` (with a `base`, the deeper of the two). Positions
         never drafted take the pooled rate, and a few drafts all accepted put it near 1: at a
         new temperature two steps of 4 of 4 sent K to 25, whose 25 drafts kept 5."""
         depth = max(self.depth, self.base.depth) if self.base is not None else self.depth
-        return depth + max(1, depth // 2)
+        return half_again(depth)
 
     def by_sure(self) -> list[float]:
         """Acceptance of a drafted token per bucket of the draft's confidence in it."""

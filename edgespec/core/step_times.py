@@ -202,7 +202,7 @@ class StepTimes:
         below = max((j for j in range(1, k) if self.by_k[j].n >= 2), default=0)
         return self.curve()[below] + (k - below) * self.draft_slope() if below else 0.0
 
-    def untimed(self, expected: Callable[[int], float], best: float, top: int | None = None) -> int:
+    def untimed(self, expected: Callable[[int], float], best: float, top: int = defaults.K_MAX) -> int:
         """The K up to `reach()` (and `top`) not yet timed that, at its least possible cost (`optimistic`)
         and `expected` tokens a step, would be the fastest, beating `best` tokens per second
         by UNTIMED_GAIN; 0 if none. The controller probes it: neighbours of the best K alone
@@ -210,7 +210,7 @@ class StepTimes:
         168 ms, 147 timed), and past a dear one (a matmul's tile: 5 tokens cost as 8) the
         rise says every K further is dear."""
         pick, best = 0, best * UNTIMED_GAIN
-        for k in range(2, min(self.reach(), top if top is not None else self.k_max) + 1):
+        for k in range(2, min(self.reach(), top) + 1):
             t = self.optimistic(k)
             speed = expected(k) / t if t > 0 else 0.0
             if speed > best:
@@ -220,8 +220,7 @@ class StepTimes:
     def reach(self, frontier: int | None = None) -> int:
         """The largest K worth a try past the frontier: half as far again (at least one K), so
         a flat curve is explored in a few steps rather than one K at a time."""
-        f = self.frontier() if frontier is None else frontier
-        return min(self.k_max, f + max(1, f // 2))
+        return min(self.k_max, half_again(self.frontier() if frontier is None else frontier))
 
     def best_saving(self) -> float:
         """Seconds a token saves at best over plain decoding: drafting with every draft accepted
@@ -293,6 +292,11 @@ class StepTimes:
             fit = _smooth([(k, self.value(k), _weight(self.by_k[k], last - self._at[k])) for k in body])
             self._body = (key, fit)
         return pts + self._body[1]
+
+
+def half_again(n: int) -> int:
+    """How far past n measured (K, or positions drafted) the controller may try: n // 2 more, at least one."""
+    return n + max(1, n // 2)
 
 
 def _weight(r: Recent, age: int) -> float:
