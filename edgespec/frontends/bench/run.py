@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench-out")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ks", default=None, help="fixed K values for edgespec (default 0..8, 10, 12, 16; simulated: 0..16)")
+    p.add_argument("--ks", default=None, help="fixed K values (default 0..8, 10, 12, 16; simulated: 0..16)")
     p.add_argument("--temps", default="0,0.8")
     p.add_argument("--prompts", default=",".join(PROMPTS))
     p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values")
