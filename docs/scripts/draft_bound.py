@@ -18,9 +18,11 @@ MAPS=path keeps the maps in a JSON file and reads them from there next time.
 Columns: the best fixed K (0..24) and its tokens/s; the K that the answer's own per-token
 rate, known in hindsight, makes best under independent tokens (what the adaptive
 controller estimates as it goes) and what it makes on the map, over the best fixed K; the
-adaptive controller itself driven over the answers (its decisions, no noise); the
-oracle (a shortest path over the map: each step's K chosen knowing where the next break
-is), the bound no rule on K alone can pass. A scratch tool: it reaches into the engine.
+best fixed K with a fixed stop threshold (drafting stops after a token whose confidence is
+below it, CUTS; 0.0: none), over the best fixed K; the adaptive controller itself driven
+over the answers (its decisions, its learned stop included, no noise); the oracle (a
+shortest path over the map: each step's K chosen knowing where the next break is), the
+bound no rule on K alone can pass. A scratch tool: it reaches into the engine.
 """
 
 from __future__ import annotations
