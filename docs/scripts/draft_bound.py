@@ -8,8 +8,8 @@ alone, not on K: one answer has one map of matches and breaks (at T = 0 too: arg
 argmax). Two fixed-K runs (K = 24 and 17) read the map (a position neither tested is a bonus
 token in both; counted as a match, its confidence as 0: about one position an answer), and
 any policy is then replayed on it exactly, on a cost curve T(K) = A + B K for a draft step
-and T0 for a plain one (milliseconds; the defaults are
-the demo pair's medians at fixed K on this machine, docs/bench-history.md stop 55).
+and T0 for a plain one (milliseconds; the defaults are the demo pair's medians at fixed K on
+this machine, docs/bench-history.md stop 55).
 
     .venv/bin/python docs/scripts/draft_bound.py code,story,explanation 0.8 6
 
