@@ -437,29 +437,47 @@ def test_a_draft_step_is_charged_its_usual_time_not_its_luckiest() -> None:
     assert plain >= 930 and lost < 0.042
 
 
-def test_a_k_a_few_percent_off_its_neighbours_line_does_not_become_the_best() -> None:
+def test_a_k_a_few_percent_off_its_neighbours_line_does_not_become_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
     # each K's median comes from another moment of a shared machine: on the demo pair K = 6
     # measured 5% under the line through its neighbours and K = 7 5% over, and the controller
-    # sat at K = 6. Here K = 4 is 5% cheap and K = 5 5% dear on a line whose best K is 7.
+    # sat at K = 6. Here K = 4 is 5% cheap and K = 5 5% dear on a line whose best K is 6-8 at
+    # acceptance 0.97. Near the best, speed is flat in K (K = 4 is 1.5-2% off it), so whether a
+    # pick survives what the smoothing leaves of the dip depends on the acceptance drawn: judged
+    # over ten draws, by what the pick loses on the true line (one draw alone passed or failed by
+    # a margin of 0.6%, its acceptance's noise)
+    import edgespec.core.step_times as step_times
+
     def line(k: int) -> float:
         return 0.024 if k == 0 else 0.030 + 0.015 * k
 
-    times = StepTimes()
-    for k in range(13):
-        for _ in range(5):
-            times.add(k, line(k) * {4: 0.95, 5: 1.05}.get(k, 1.0), 0.012 * k)
-    curve = times.curve()
-    assert curve[0] == pytest.approx(line(0))  # the plain step is kept as measured
-    assert abs(curve[4] / line(4) - 1) < 0.025 and abs(curve[5] / line(5) - 1) < 0.025
-    ctrl, rng = AdaptiveK(times=times), np.random.default_rng(5)
-    for _ in range(200):
-        a = 0
-        while a < 16 and rng.random() < 0.97:
-            a += 1
-        ctrl.acc.now.observe(16, a, ())
-    alpha = ctrl.alpha()
-    best = max(range(13), key=lambda k: ctrl.expected_tokens(k, alpha) / line(k))
-    assert best == 7 and ctrl.best_k() == best  # unsmoothed, the cheap K = 4 wins
+    def timed() -> StepTimes:
+        times = StepTimes()
+        for k in range(13):
+            for _ in range(5):
+                times.add(k, line(k) * {4: 0.95, 5: 1.05}.get(k, 1.0), 0.012 * k)
+        return times
+
+    def losses() -> list[float]:
+        times, out = timed(), []
+        for seed in range(1, 11):
+            ctrl, rng = AdaptiveK(times=times), np.random.default_rng(seed)
+            for _ in range(200):
+                a = 0
+                while a < 16 and rng.random() < 0.97:
+                    a += 1
+                ctrl.acc.now.observe(16, a, ())
+            alpha = ctrl.alpha()
+            true = [ctrl.expected_tokens(k, alpha) / line(k) for k in range(13)]
+            out.append(1 - true[ctrl.best_k()] / max(true))
+        return out
+
+    smoothed = timed().curve()
+    assert smoothed[0] == pytest.approx(line(0))  # the plain step is kept as measured
+    assert abs(smoothed[4] / line(4) - 1) < 0.025 and abs(smoothed[5] / line(5) - 1) < 0.025
+    lost = sorted(losses())
+    assert lost[5] < 0.005 and lost[-1] < 0.02  # the median draw loses nothing that counts
+    monkeypatch.setattr(step_times, "BEND", 0.0)  # unsmoothed, the cheap K = 4 wins every draw
+    assert min(losses()) > 0.015
 
 
 def test_smoothing_keeps_a_knee_and_a_stale_median_does_not_bend_its_neighbours() -> None:
