@@ -102,6 +102,31 @@ def test_misleading_400s_now_say_what_is_wrong(url: str) -> None:
     r = post(url, chat, b'{"messages": [\n  {"role": "user" "content": "t5"}]}')
     assert error_of(r)["message"] == "the body is not valid JSON: expecting ',' delimiter at line 2, column 19"
     assert error_of(post(url, chat, b"[1, 2]"))["message"] == "the body must be a JSON object of the request's fields"
+    r = post(url, chat, b'{"messages": [\n  {"role": "user", "content": "caf\xe9"}]}')  # Latin-1, not UTF-8
+    assert error_of(r)["message"] == (
+        "the body is not valid UTF-8: byte 0xe9 at line 2, column 35; send the JSON encoded as UTF-8"
+    )
+    assert post(url, chat, {"messages": CHAT, "max_tokens": 2}).status_code == 200  # and it keeps serving
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("max_tokens", "5", "valid integer"),
+        ("max_tokens", True, "valid integer"),
+        ("max_tokens", 5.5, "valid integer"),
+        ("stream", "yes", "valid boolean"),
+        ("speculative", 0, "valid boolean"),
+        ("temperature", "0", "valid number"),
+        ("seed", "42", "valid integer"),
+    ],
+)
+def test_a_wrong_type_is_a_400_not_coerced(url: str, field: str, value: object, says: str) -> None:
+    # as OpenAI's API: a string, a bool or a fraction where an integer is wanted is not read as one
+    err = error_of(post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, field: value}))
+    assert says in err["message"] and err["param"] == field
+    ok = post(url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "temperature": 0, "top_p": 1})
+    assert ok.status_code == 200, ok.text  # an integer is a number
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 
 from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, ToolSet, defaults
 
-from .fields import ChatRequest, CompletionRequest, Sampling, explain
+from .fields import UNPARSABLE, ChatRequest, CompletionRequest, Sampling, explain, not_utf8
 from .guard import Guard, allowed_host_names, check_bind, error_body
 from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
 from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
@@ -297,7 +297,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error(400, message, param=param)
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == UNPARSABLE:  # FastAPI's words for a body json cannot decode
+            return error(400, not_utf8(await request.body()))
         return error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(EdgespecError)

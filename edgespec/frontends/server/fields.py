@@ -7,7 +7,8 @@ says why: a field whose value would change the answer in a way the server
 cannot (images, n > 1, audio, web search, echo, best_of, suffix, the legacy
 `functions`) is never silently ignored. Unknown fields are ignored, as OpenAI's clients
 expect. `reject` is how a check here words its own 400; wrong types fail
-pydantic's validation (the app answers both in OpenAI's error shape).
+pydantic's validation, strict as OpenAI's is (`"max_tokens": "5"` or `true`, `"stream": "yes"`
+are 400s, not coerced; an integer is a number), and the app answers both in OpenAI's error shape.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _unsupported(field: str, why: str) -> NoReturn:
 class Sampling(BaseModel):
     """Fields both endpoints share."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -133,26 +134,26 @@ class Sampling(BaseModel):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
     text: str = ""
 
 
 class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     name: str = Field(max_length=64)
     arguments: str = "{}"  # JSON text, as OpenAI sends it
 
 
 class ToolCallIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -289,6 +290,23 @@ def message_text(content: str | list[TextPart] | None) -> str:
     if isinstance(content, list):
         return "".join(p.text for p in content)
     return content or ""
+
+
+UNPARSABLE = "There was an error parsing the body"  # FastAPI's 400 when json.loads raises other than a JSON error
+
+
+def not_utf8(body: bytes) -> str:
+    """The 400 message for a body FastAPI could not parse that is not a JSON syntax error:
+    bytes that are not UTF-8 (JSON's encoding), said where, as a JSON error is."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line, column = body.count(b"\n", 0, e.start) + 1, e.start - body.rfind(b"\n", 0, e.start)
+        return (
+            f"the body is not valid UTF-8: byte 0x{body[e.start]:02x} at line {line}, column {column}; "
+            "send the JSON encoded as UTF-8"
+        )
+    return "the body could not be read as JSON: send one JSON object encoded as UTF-8"
 
 
 def explain(errors: Sequence[Any], body: Any, content_type: str | None) -> tuple[str, str | None]:
