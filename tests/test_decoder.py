@@ -10,6 +10,7 @@ import pytest
 from edgespec.core.controller import FixedK
 from edgespec.core.decoder import Decoder
 from edgespec.core.errors import ContextFullError
+from edgespec.core.events import Stats
 from edgespec.core.sampling import SamplingParams
 from tests.fakes import FakeModel, decode, make_engine
 
@@ -163,6 +164,29 @@ def test_engine_events_flag_draft_tokens() -> None:
     flags = [f for e in events for f in e.from_draft]
     assert flags.count(True) == events[-1].stats.n_accepted
     assert events[-1].finish_reason == "length" and events[-1].stats.n_generated == 20
+
+
+def _counts_agree(stats: Stats, flags: list[bool]) -> None:
+    assert flags.count(True) == stats.n_accepted <= stats.n_generated == len(flags)
+    assert sum(s["accepted"] for s in stats.sources.values()) == stats.n_accepted
+    assert sum(stats.accepted_per_position) == stats.n_accepted
+
+
+def test_accepted_drafts_are_counted_where_the_answer_is() -> None:
+    # drafts verified past a stop string or an end-of-generation token are not in the answer:
+    # drafted, not accepted (a server's draft_n_accepted read 22 for a 20-token answer)
+    eng = make_engine(noise=0.0)  # the draft is the target: every draft is accepted
+    whole = eng.generate("t5 t9", temperature=0.0, max_tokens=30, k=8)
+    stop = " " + whole.text.split()[13] + " "
+    events = list(eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=8, stop=[stop]))
+    last = events[-1]
+    assert last.finish_reason == "stop" and last.stats.n_generated < 14 + 8
+    assert last.stats.n_drafted > last.stats.n_accepted  # the last step's tail was verified, then cut
+    _counts_agree(last.stats, [f for e in events for f in e.from_draft])
+    eos = make_engine(noise=0.0, eos_bias=4.0)  # the end comes inside a draft, all of it accepted
+    events = list(eos.stream("t5 t9", temperature=0.0, max_tokens=60, k=8))
+    assert events[-1].finish_reason == "stop" and events[-1].stats.n_generated < 60
+    _counts_agree(events[-1].stats, [f for e in events for f in e.from_draft])
 
 
 def test_draft_with_a_larger_vocabulary_never_proposes_ids_the_target_lacks() -> None:

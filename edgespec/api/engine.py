@@ -33,6 +33,7 @@ from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
 from ..core.request import Request
 from ..core.sampling import SamplingParams
+from ..core.step_stats import drop
 from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
@@ -309,7 +310,7 @@ class Engine:
                     if stop_at is not None:
                         toks, flags, finish = toks[: stop_at + 1], flags[: stop_at + 1], "stop"
                         lps = lps[: stop_at + 1] if lps is not None else None
-                        step.stats.n_generated -= len(step.tokens) - len(toks)
+                        drop(step.stats, step.sources(), len(toks))  # the answer ends here, and its counts
                     elif finish is not None:
                         segments += text.finish()
                     if logprobs is not None and lps is None:
