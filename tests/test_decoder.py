@@ -240,6 +240,59 @@ def test_engine_refuses_use_after_close_and_bad_seed() -> None:
     eng.close()  # idempotent
     with pytest.raises(EdgespecError, match="closed"):
         eng.generate("t5 t9", max_tokens=3)
+    for use in (
+        lambda: eng.tokenize("t5"),
+        lambda: eng.piece(5),
+        lambda: eng.chat_text([{"role": "user", "content": "t5"}]),
+    ):
+        with pytest.raises(EdgespecError, match="this engine is closed"):  # on a real model: a segfault
+            use()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("max_tokens", 2.5, "max_tokens must be an integer"),
+        ("max_tokens", "5", "max_tokens must be an integer"),
+        ("k", 2.5, "k must be an integer"),
+        ("seed", 1.5, "seed must be an integer"),
+        ("logprobs", 2.5, "logprobs must be an integer"),
+        ("temperature", None, "temperature must be a number"),
+        ("top_p", "0.9", "top_p must be a number"),
+        ("top_k", True, "top_k must be an integer"),
+        ("presence_penalty", "x", "presence_penalty must be a number"),
+        ("repeat_last_n", 1.5, "repeat_last_n must be an integer"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_one_clear_error_before_generating(
+    option: str, value: object, says: str
+) -> None:
+    from edgespec.core.errors import EdgespecError
+
+    eng = make_engine()
+    with pytest.raises(EdgespecError, match=says):
+        eng.generate("t5 t9", **{"max_tokens": 3, option: value})
+    with pytest.raises(EdgespecError, match="the prompt must be a string"):
+        eng.generate(None, max_tokens=3)  # type: ignore[arg-type]
+    assert not eng.busy and eng.generate("t5 t9", max_tokens=3, k=np.int64(2), seed=np.int64(3)).tokens
+
+
+def test_a_stream_dropped_unfinished_releases_the_engine() -> None:
+    # a `break` out of the loop, the handle never closed: nothing else holds it, so it is
+    # closed at once (it held the lock until collected, and a collector run never came while
+    # the next call waited on the lock: 30 s, then BusyError)
+    eng = make_engine(noise=0.5)
+    for _ in eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=3):
+        break
+    assert not eng.busy
+    gen = eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    next(gen)
+    eng.cancel()  # reaches a live handle
+    del gen
+    assert not eng.busy
+    eng.cancel()  # nothing running: nothing to do
+    again = eng.generate("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    assert again.tokens == eng.generate("t5 t9", temperature=0.0, max_tokens=30, speculative=False).tokens
 
 
 def test_adaptive_controller_state_carries_over_between_requests() -> None:

@@ -156,6 +156,16 @@ def test_closing_a_stream_early_leaves_the_engine_ready_for_the_next() -> None:
         assert again.text == make_engine().generate("t5 t6 t7", temperature=0, max_tokens=20).text
 
 
+def test_a_stream_dropped_unfinished_releases_the_engine() -> None:
+    # a `break` out of the loop, the handle never closed: the engine stayed locked for good
+    with isolated(delay=0.005) as engine:
+        for _ in engine.stream("t5 t6", temperature=0, max_tokens=500):
+            break
+        assert not engine.busy
+        again = engine.generate("t5 t6 t7", temperature=0, max_tokens=20)
+        assert again.text == make_engine().generate("t5 t6 t7", temperature=0, max_tokens=20).text
+
+
 def test_restarts_are_bounded_and_then_every_call_says_the_engine_failed(tmp_path: Path) -> None:
     with isolated(once=str(tmp_path / "loaded"), restarts=2) as engine:
         pid = engine.pid

@@ -3,12 +3,31 @@ failure is one EdgespecError line that names the option and its range."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from ..core import defaults
-from ..core.errors import EdgespecError
+from ..core.errors import EdgespecError, require_integer, require_number
 from ..core.sampling import SamplingParams
 
+CLOSED = "this engine is closed; load a new one"
 
-def check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
+
+class Closed:
+    """What a closed engine's target and prompts become: any use is that one clear error, not
+    native code reading a freed model (which segfaulted: tokenize, piece, generate)."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise EdgespecError(CLOSED)
+
+
+def check_params(p: SamplingParams, max_tokens: int, k: int | None, logprobs: int | None = None) -> None:
+    for name, number in (("temperature", p.temperature), ("top_p", p.top_p), ("min_p", p.min_p)):
+        require_number(name, number)
+    require_integer("top_k", p.top_k)
+    require_integer("max_tokens", max_tokens)
+    for name, whole in (("k", k), ("seed", p.seed), ("logprobs", logprobs)):
+        if whole is not None:
+            require_integer(name, whole)
     if not p.temperature >= 0:
         raise EdgespecError(f"temperature must be >= 0 (got {p.temperature})")
     if not 0 < p.top_p <= 1:
@@ -20,8 +39,12 @@ def check_params(p: SamplingParams, max_tokens: int, k: int | None) -> None:
     check_k(k)
     if p.seed is not None and not 0 <= p.seed < 2**63:
         raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
+    if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
+        raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
 
 
 def check_k(k: int | None) -> None:
+    if k is not None:
+        require_integer("k", k)
     if k is not None and not 0 <= k <= defaults.K_LIMIT:
         raise EdgespecError(f"k must be between 0 and {defaults.K_LIMIT} (got {k})")

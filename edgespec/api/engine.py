@@ -38,7 +38,7 @@ from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
 from ..llama.rpc import parse_endpoints
-from .checks import check_k, check_params
+from .checks import Closed, check_k, check_params
 from .generation import Generation
 from .prompts import Prompt, Prompts
 
@@ -162,6 +162,7 @@ class Engine:
             self._closed = True
             for m in (self.draft, self.target):
                 getattr(m, "close", lambda: None)()
+            self.target = self._prompts = Closed()  # type: ignore[assignment]  # not freed memory: an error
 
     def __enter__(self) -> Engine:
         return self
@@ -218,9 +219,9 @@ class Engine:
     # -- generation ------------------------------------------------------------------
     def cancel(self) -> None:
         """Stop the running generation at the end of its current step (thread-safe)."""
-        running = self._running
-        if running is not None:
-            running.cancel()
+        with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
+            if (running := self._running) is not None:
+                running.cancel()
 
     def stream(
         self,
@@ -260,9 +261,7 @@ class Engine:
             presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
         )
         params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
-        check_params(params, max_tokens, k)
-        if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
-            raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
+        check_params(params, max_tokens, k, logprobs)
         tokens = self.tokenize(prompt, raw=raw, tools=tools)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         spec = speculative and self.can_speculate

@@ -238,17 +238,20 @@ class IsolatedEngine(Engine):
         return _Remote(self, tokens, opts)
 
     def _run_remote(self, gen: _Remote, tokens: list[int], options: dict[str, Any]) -> Iterator[StreamEvent]:
+        # `gen` is a weak proxy (Generation): a handle dropped unfinished closes these events, whose
+        # `finally` then runs without it, so what it needs of the handle is read here
+        gid, cancelled = gen.gid, gen.cancelled
         with self._hold():
             child = self._live_child()
-            q = child.open(gen.gid)
+            q = child.open(gid)
             gen.child, self._running = child, gen
             last: StreamEvent | None = None
             ended = sent = False
             try:
-                child.send(("run", gen.gid, tokens, options))
+                child.send(("run", gid, tokens, options))
                 sent = True
-                if gen.cancelled.is_set():
-                    child.cancel(gen.gid, self.cancel_grace_s)
+                if cancelled.is_set():
+                    child.cancel(gid, self.cancel_grace_s)
                 while not ended:
                     kind, _, *rest = q.get()
                     ended = kind != "event"
@@ -258,17 +261,17 @@ class IsolatedEngine(Engine):
                     elif kind == "error":
                         raise _error(rest[0], rest[1])
                     elif kind == "crashed" and (last is None or last.finish_reason is None):
-                        if not gen.cancelled.is_set():
+                        if not cancelled.is_set():
                             raise EngineCrashed(rest[0], self.retry_after)
                         stats = last.stats if last is not None else Stats()
                         yield StreamEvent("", (), (), stats, "cancelled")
             finally:
                 if sent and not ended:  # closed early: stop the child's stream, wait for its end
                     finished = last is not None and last.finish_reason is not None
-                    child.cancel(gen.gid, self.cancel_grace_s, tell=not finished)
+                    child.cancel(gid, self.cancel_grace_s, tell=not finished)
                     while q.get()[0] == "event":
                         pass
-                child.forget(gen.gid)
+                child.forget(gid)
                 self._running = None
 
 
@@ -279,7 +282,7 @@ class _Remote(Generation):
         self.gid = next(engine._ids)
         self.child: ChildProcess | None = None
         self._grace = engine.cancel_grace_s
-        super().__init__(lambda gen: engine._run_remote(self, tokens, options))
+        super().__init__(lambda gen: engine._run_remote(gen, tokens, options))  # type: ignore[arg-type]  # self's proxy
 
     def cancel(self) -> None:
         super().cancel()

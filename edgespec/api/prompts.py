@@ -30,7 +30,12 @@ class Prompts:
             if raw:
                 return self.target.tokenize(prompt, add_special=True, parse_special=True)
             prompt = [{"role": "user", "content": prompt}]
-        items: list[Any] = list(prompt)
+        try:
+            items: list[Any] = list(prompt)
+        except TypeError:  # None, a number: not a sequence of messages or ids
+            raise EdgespecError(
+                f"the prompt must be a string, a list of messages or a list of token ids (got {type(prompt).__name__})"
+            ) from None
         if not items:
             raise EdgespecError("the prompt is empty; give at least one message or token")
         if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):

@@ -50,7 +50,7 @@ class Keyed:
     __slots__ = ("key",)
 
     def __init__(self, seed: int) -> None:
-        self.key = _mix(seed & _MASK)
+        self.key = _mix(int(seed) & _MASK)  # a numpy integer too
 
     def uniforms(self, ids: np.ndarray, position: int) -> np.ndarray:
         """One uniform in (0, 1) per token id, a function of (seed, position, id) alone."""

@@ -7,6 +7,8 @@ that says what happened and what to do next. Frontends print `str(err)` as is
 
 from __future__ import annotations
 
+import numbers
+
 
 class EdgespecError(Exception):
     """Base class: the message is shown to the user verbatim."""
@@ -47,3 +49,16 @@ class EngineCrashed(EdgespecError):
     def __init__(self, message: str, retry_after: int = 5) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def require_number(name: str, value: object) -> None:
+    """An option that takes a number: a bool, a string or None is the caller's mistake, said
+    here instead of as a TypeError from deep inside a generation."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise EdgespecError(f"{name} must be a number (got {value!r})")
+
+
+def require_integer(name: str, value: object) -> None:
+    """As `require_number`, for an option that takes a whole number (2.5 is not one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise EdgespecError(f"{name} must be an integer (got {value!r})")

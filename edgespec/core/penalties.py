@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import defaults
-from .errors import EdgespecError
+from .errors import EdgespecError, require_integer, require_number
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ def make_penalties(
 ) -> Penalties:
     """Checked `Penalties` from a caller's values; an EdgespecError names what is wrong."""
     limit = defaults.PENALTY_LIMIT
+    for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency), ("repeat_penalty", repeat)):
+        require_number(name, value)
+    require_integer("repeat_last_n", repeat_last_n)
     for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency)):
         if not -limit <= value <= limit:
             raise EdgespecError(f"{name} must be between -{limit:g} and {limit:g} (got {value})")
@@ -76,6 +79,7 @@ def make_penalties(
         if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < n_vocab:
             raise EdgespecError(f"logit_bias: token id {token!r} is not in the vocabulary (0..{n_vocab - 1})")
         lim = defaults.LOGIT_BIAS_LIMIT
+        require_number(f"logit_bias: the bias of token {token}", value)
         if not -lim <= value <= lim:
             raise EdgespecError(f"logit_bias: the bias of token {token} must be between -{lim:g} and {lim:g}")
         if value:

@@ -241,8 +241,8 @@ class LlamaModel:
         return n_out
 
     def trim(self, n_keep: int) -> None:
-        """Drop every cached position >= n_keep."""
-        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+        """Drop every cached position >= n_keep (none once closed: a stream left open at exit restores here)."""
+        if self._ctx is not None and not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
             raise BackendError(
                 f"{Path(self.path).name}: this model's cache cannot be cut back (recurrent or hybrid "
                 "architecture), so it cannot be used for speculation; run it with --no-spec"
