@@ -68,8 +68,9 @@ def test_vocab_sizes_within_128_pass_and_200_fail(make: MakeInfo) -> None:
 
 
 def test_vocab_type_must_match(make: MakeInfo) -> None:
+    spm = [*default_tokens(), *(f"<0x{b:02X}>" for b in range(256))]  # SentencePiece's byte pieces
     with pytest.raises(PairError, match="vocab types differ"):
-        check_tokenizers(make(), make(tokenizer={"model": "llama"}))
+        check_tokenizers(make(tokens=spm), make(tokens=spm, tokenizer={"model": "llama"}))
 
 
 def test_add_bos_and_bos_id_must_match(make: MakeInfo) -> None:

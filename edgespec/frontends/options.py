@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -175,3 +176,6 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("edgespec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output left (`edgespec inspect m.gguf | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # as a shell reports SIGPIPE

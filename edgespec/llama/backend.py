@@ -6,9 +6,8 @@ exposes just what the decoder needs (the `Model` protocol in core/model.py):
 eval a run of tokens at a position with logits on chosen rows, trim the cache,
 tokenize, turn a token into bytes, end-of-generation facts.
 
-Logits come back as a numpy *view* of llama.cpp's own buffer, shape (n_rows,
-n_vocab), or after `set_head(k)` their top-k (`Heads`): no copy. It is valid only
-until the next eval on the same context; callers read what they need before that.
+Logits come back as a numpy *view* of llama.cpp's own buffer, shape (n_rows, n_vocab), or
+after `set_head(k)` their top-k (`Heads`): no copy, valid until the next eval on the context.
 """
 
 from __future__ import annotations
@@ -50,19 +49,20 @@ _initialised = False
 _gpu_warned = False
 
 # ggml log levels -> logging levels (5 = continue previous line)
-_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
-_last_level = logging.DEBUG
+_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_last_level, _first_error = logging.DEBUG, [""]  # the second: the first error line since a load began
 
 
 @llama_cpp.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     global _last_level
-    lvl = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
-    _last_level = lvl
-    # llama.cpp's warnings are chatty on load; everything goes to DEBUG unless it is an error.
+    _last_level = lvl = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)  # 5: a line goes on
+    # all to DEBUG (--verbose): warnings are chatty on load, and an error's first line is the
+    # reason our own one-line error gives (a failed load's, from _first_error)
     msg = text.decode("utf-8", "replace").rstrip("\n")
     if msg:
-        log.log(logging.ERROR if lvl >= logging.ERROR else logging.DEBUG, "%s", msg)
+        _first_error[0] = _first_error[0] or (msg.strip() if lvl >= logging.ERROR else "")
+        log.debug("%s", msg)
 
 
 def _init() -> None:
@@ -122,22 +122,22 @@ class LlamaModel:
         if devices is not None:  # a NULL-terminated list, kept alive as long as the model
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        # Weights repacked as llama.cpp's own tools do (here Q4_0 and Q4_K for AVX2 kernels: a
-        # Q4_0 model's 16-token verify 25-40% faster), but not on a build with AMX:
-        # this llama.cpp's AMX matmul segfaults on batches of more than one token (every verify).
+        # Weights repacked as llama.cpp's tools do (a Q4_0 model's 16-token verify 25-40% faster on
+        # AVX2), but not with AMX: this llama.cpp's AMX matmul segfaults on batches of over one token.
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
+        _first_error[0] = ""
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
-            raise ModelFileError(f"llama.cpp could not load {self.path}; check it is a complete GGUF model file")
+            why = _first_error[0].partition("error loading model: ")[2] or "check it is a complete GGUF model file"
+            raise ModelFileError(f"llama.cpp could not load {self.path}: {why[:200]}")
         self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
         cparams.n_batch = cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max, cparams.no_perf = 1, True
         cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.no_perf = True
         cparams.n_outputs_max = self.rows_max = min(n_batch, defaults.ROWS_MAX)
         cparams.n_outputs_max_per_seq = 0  # set_head: a backend top-k on every row of an eval
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)

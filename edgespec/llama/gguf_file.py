@@ -22,6 +22,7 @@ from typing import Any
 from ..core.errors import ModelFileError
 from .ggml_types import GGML_TYPES
 from .gguf_info import TOKENS_KEY, GGUFInfo, SkippedArray, TensorInfo, describe
+from .gguf_limits import limits_problem
 
 __all__ = ["GGUFInfo", "SkippedArray", "TensorInfo", "describe", "read_gguf"]
 
@@ -139,7 +140,11 @@ def _parse(cur: _Cursor, size: int) -> GGUFInfo:
     raw = [_read_tensor_info(cur) for _ in range(n_tensors)]
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     tensors = _place_tensors(path, raw, data_offset, alignment, size)
-    return GGUFInfo(path, size, version, alignment, data_offset, metadata, tensors)
+    info = GGUFInfo(path, size, version, alignment, data_offset, metadata, tensors)
+    problem = limits_problem(info)  # what llama.cpp would assert (abort the process) on rather than refuse
+    if problem:
+        raise _bad(path, f"{problem}, which would abort llama.cpp")
+    return info
 
 
 def _check_version(path: Path, version: int) -> int:

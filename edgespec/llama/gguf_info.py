@@ -163,15 +163,21 @@ class GGUFInfo:
         return bool(self.chat_template)
 
 
+def _shown(text: object) -> object:
+    """File text as it can be printed: bytes that were not UTF-8 (kept as lone surrogates by
+    the reader) become U+FFFD, which a strict UTF-8 terminal would otherwise refuse."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(text, str) else text
+
+
 def describe(info: GGUFInfo) -> dict[str, Any]:
     """The facts `edgespec inspect` prints for one model."""
     return {
-        "architecture": info.architecture,
-        "name": info.name,
+        "architecture": _shown(info.architecture),
+        "name": _shown(info.name),
         "parameters": info.parameter_count,
         "quantization": info.quantization,
         "bits_per_weight": round(info.bits_per_weight, 3),
-        "vocab_type": info.vocab_type,
+        "vocab_type": _shown(info.vocab_type),
         "vocab_size": info.vocab_size,
         "context_length": info.context_length,
         "chat_template": info.has_chat_template,

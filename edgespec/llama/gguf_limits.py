@@ -1,0 +1,88 @@
+"""What llama.cpp's loader asserts instead of checking: metadata that, out of range, aborts
+the whole process inside `llama_model_load_from_file` (a GGML_ASSERT, SIGABRT) or on the
+first tokenization (an uncaught std::out_of_range) rather than failing the load.
+
+`limits_problem(info)` tests a parsed header against the pinned llama.cpp's own rules
+(src/llama-model.cpp `load_hparams`, src/llama-vocab.cpp `load` and `byte_to_token`), so a
+crafted or corrupt file is one ModelFileError line before native code reads it. Each
+rule here was found aborting the process by fuzzing a small valid model's metadata
+(docs/bench-history.md, stop 58). Values of the wrong type are left alone: llama.cpp
+refuses those cleanly. Pure: no llama_cpp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .gguf_info import TOKENS_KEY, GGUFInfo
+
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS (src/llama-hparams.h)
+MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS
+ROPE_SCALING = ("none", "linear", "yarn", "longrope")  # LLAMA_ROPE_SCALING_TYPES
+EXPERTS_ONE_IS_NONE = ("hunyuan_vl", "hunyuan-dense")  # an expert count of 0 or 1 means none there
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def limits_problem(info: GGUFInfo) -> str | None:
+    """What in this header llama.cpp would abort on, in a few words, or None."""
+    arch = info.metadata.get("general.architecture")
+    return (_hparams_problem(info.metadata, arch) if isinstance(arch, str) else None) or _vocab_problem(info.metadata)
+
+
+def _hparams_problem(meta: Mapping[str, Any], arch: str) -> str | None:
+    def get(key: str) -> int | None:
+        return _int(meta.get(f"{arch}.{key}"))
+
+    layers = get("block_count")
+    if layers is not None and not 0 < layers <= MAX_LAYERS:
+        return f"{arch}.block_count is {layers} (1 to {MAX_LAYERS})"
+    for key in ("nextn_predict_layers", "posnet.block_count", "convnext.block_count"):
+        value = get(key)
+        if value is not None and layers is not None and value > layers:
+            return f"{arch}.{key} is {value}, more than the {layers} layers"
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if isinstance(scaling, str) and scaling not in ROPE_SCALING:
+        return f"{arch}.rope.scaling.type is {scaling[:40]!r} (one of {', '.join(ROPE_SCALING)})"
+    experts = get("expert_count") or 0
+    if arch in EXPERTS_ONE_IS_NONE and experts <= 1:
+        return None
+    per_layer = meta.get(f"{arch}.expert_used_count")
+    used = max((u for u in map(_int, per_layer if isinstance(per_layer, list) else [per_layer]) if u), default=0)
+    groups, groups_used = get("expert_group_count") or 0, get("expert_group_used_count") or 0
+    if experts > MAX_EXPERTS:
+        return f"{arch}.expert_count is {experts} (at most {MAX_EXPERTS})"
+    if used > experts:
+        return f"{arch}.expert_used_count is {used}, more than the {experts} experts"
+    if experts and not used:
+        return f"{arch}.expert_count is {experts} but expert_used_count is 0"
+    if groups >= experts > 0 or not experts and groups:
+        return f"{arch}.expert_group_count is {groups} with {experts} experts"
+    if experts and groups > 1 and (experts % groups or not 0 < groups_used < groups):
+        return f"{arch}: {experts} experts in {groups} groups, {groups_used} of them used"
+    return None
+
+
+def _vocab_problem(meta: Mapping[str, Any]) -> str | None:
+    tokens = meta.get(TOKENS_KEY)
+    if not isinstance(tokens, list):
+        return None
+    seen: dict[str, int] = {}
+    for i, word in enumerate(tokens):
+        word = word or f"[EMPTY_{i}]"  # llama.cpp's name for an empty token
+        if word in seen:
+            return f"tokens {seen[word]} and {i} are both {word[:40]!r}"
+        seen[word] = i
+    if meta.get("tokenizer.ggml.model") == "llama":  # SentencePiece: bytes it has no piece for fall back
+        for byte in range(256):
+            if f"<0x{byte:02X}>" not in seen and _byte_text(byte) not in seen:
+                return f"its SentencePiece vocabulary has no token for byte 0x{byte:02X} (<0x{byte:02X}>)"
+    return None
+
+
+def _byte_text(byte: int) -> str:
+    """The one-byte token text llama.cpp falls back to, as the reader decodes it."""
+    return bytes([byte]).decode("utf-8", errors="surrogateescape")
