@@ -101,6 +101,33 @@ def test_usage_errors_are_one_line() -> None:
     assert_one_line_error(rc, err, elapsed)
 
 
+def test_bad_sampling_options_are_refused_before_any_model_loads(tmp_path: Path) -> None:
+    # the chat loaded the models, opened, then failed every message on --temperature -1
+    missing = str(tmp_path / "never-read.gguf")  # checked before the model path is even looked at
+    for command in (("run", "--prompt", "hi"), ("chat",)):
+        rc, _, err, elapsed = run_cli(*command, "--target", missing, "--temperature", "-1")
+        assert_one_line_error(rc, err, elapsed)
+        assert "temperature must be >= 0" in err
+    rc, _, err, elapsed = run_cli("chat", "--target", missing, "--top-p", "5")
+    assert_one_line_error(rc, err, elapsed)
+    assert "top_p must be in (0, 1]" in err
+
+
+@pytest.mark.real
+def test_a_prompt_that_is_not_utf8_is_one_line() -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    p = subprocess.run(
+        [*EDGESPEC, "run", "--target", str(paths[0]), "--prompt", "-", "--max-tokens", "4"],
+        input=b"\xff\xfe bad \x80",
+        capture_output=True,
+        timeout=120,
+    )
+    assert_one_line_error(p.returncode, p.stderr.decode(), 0.0, limit=1e9)
+    assert b"not valid UTF-8" in p.stderr
+
+
 @pytest.mark.real
 def test_prompt_longer_than_context_is_refused() -> None:
     paths = demo_paths()

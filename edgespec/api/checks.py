@@ -7,6 +7,7 @@ from typing import NoReturn
 
 from ..core import defaults
 from ..core.errors import EdgespecError, require_integer, require_number
+from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
 
 CLOSED = "this engine is closed; load a new one"
@@ -48,3 +49,25 @@ def check_k(k: int | None) -> None:
         require_integer("k", k)
     if k is not None and not 0 <= k <= defaults.K_LIMIT:
         raise EdgespecError(f"k must be between 0 and {defaults.K_LIMIT} (got {k})")
+
+
+def check_options(
+    *,
+    max_tokens: int | None = None,
+    temperature: float = defaults.TEMPERATURE,
+    top_k: int = defaults.TOP_K,
+    top_p: float = defaults.TOP_P,
+    min_p: float = defaults.MIN_P,
+    seed: int | None = None,
+    k: int | None = None,
+    presence_penalty: float = defaults.PRESENCE_PENALTY,
+    frequency_penalty: float = defaults.FREQUENCY_PENALTY,
+    repeat_penalty: float = defaults.REPEAT_PENALTY,
+    repeat_last_n: int = defaults.REPEAT_LAST_N,
+    **_: object,
+) -> None:
+    """`Engine.stream`'s checks of these options, without an engine: what a command runs
+    before minutes of loading (max_tokens None: the reply's own length)."""
+    make_penalties(presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, None, 1)
+    params = SamplingParams(temperature, top_k, top_p, min_p, seed)
+    check_params(params, 1 if max_tokens is None else max_tokens, k)

@@ -28,7 +28,7 @@ class Prompts:
     def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
         if isinstance(prompt, str):
             if raw:
-                return self.target.tokenize(prompt, add_special=True, parse_special=True)
+                return self.target.tokenize(_utf8(prompt), add_special=True, parse_special=True)
             prompt = [{"role": "user", "content": prompt}]
         try:
             items: list[Any] = list(prompt)
@@ -47,7 +47,7 @@ class Prompts:
         text = self.chat_text(items, tools=tools)
         bos = self._text(self.target.bos_id)
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
-        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+        return self.target.tokenize(_utf8(text), add_special=add_bos, parse_special=True)
 
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
@@ -61,3 +61,13 @@ class Prompts:
 
     def _text(self, token: int) -> str:
         return self.target.token_text(token) if token >= 0 else ""
+
+
+def _utf8(text: str) -> str:
+    """Text llama.cpp can tokenize: bytes that were not UTF-8 (a shell's argument, a pipe) reach
+    Python as lone surrogates, which UTF-8 cannot encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EdgespecError("the prompt is not valid UTF-8: send it as UTF-8 text") from None
+    return text

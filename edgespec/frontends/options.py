@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgespec import EdgespecError, Engine, Stats, defaults
+from edgespec.api.checks import check_options
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -108,8 +109,11 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
 def engine_from_args(
     args: argparse.Namespace, progress: Callable[[str], None] | None = None, *, isolated: bool = False
 ) -> Engine:
-    """Load the engine a command's model options describe (`isolated`: in a child process)."""
+    """Load the engine a command's model options describe (`isolated`: in a child process);
+    its sampling options are checked first, not after minutes of loading."""
     setup_logging(args.verbose)
+    if hasattr(args, "temperature"):
+        check_options(**sampling_options(args))
     if args.target is None and args.draft is not None:
         raise EdgespecError("--draft needs --target (or use --pair NAME)")
     if args.target is not None:
