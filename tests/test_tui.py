@@ -15,7 +15,8 @@ from edgespec.api.engine import Engine
 from edgespec.core.errors import EdgespecError
 from edgespec_tui.app import ChatApp, ChatOptions, create_app
 from edgespec_tui.cli import add_parser
-from edgespec_tui.text import stats_line, to_markdown, visible
+from edgespec_tui.store import list_chats
+from edgespec_tui.text import info_text, stats_line, to_markdown, visible
 from edgespec_tui.widgets import InfoScreen, MessageView
 from tests.fakes import FakeModel, make_engine
 
@@ -186,16 +187,36 @@ async def test_new_chat_clears_the_conversation() -> None:
         assert len(app.history) == 2
 
 
-async def test_new_chat_during_a_generation_drops_the_old_reply() -> None:
-    app = create_app(slow_engine(), options=options(max_tokens=2000))
+async def _mid_reply(app: ChatApp, pilot) -> None:
+    app.query_one("#prompt").value = "t5 t6"
+    await pilot.press("enter")
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if app.messages("assistant")[0].text:
+            break
+    assert app.generating
+
+
+async def test_new_chat_during_a_generation_saves_the_old_reply_and_starts_empty(tmp_path: Path) -> None:
+    # the reply so far was lost, from the screen and from the saved chat, where Esc keeps it
+    app = create_app(slow_engine(), options=options(max_tokens=2000, chats_dir=tmp_path))
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").value = "t5 t6"
-        await pilot.press("enter")
-        await asyncio.sleep(0.2)
+        await _mid_reply(app, pilot)
         await pilot.press("ctrl+n")
         await settle(pilot, app)
         assert app.history == [] and app.messages("assistant") == []
         assert not app.engine.busy
+    (old,) = list_chats(tmp_path)
+    assert [m["role"] for m in old.messages] == ["user", "assistant"] and old.messages[1]["content"]
+
+
+async def test_ctrl_q_during_a_reply_saves_what_it_said(tmp_path: Path) -> None:
+    app = create_app(slow_engine(), options=options(max_tokens=2000, chats_dir=tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await _mid_reply(app, pilot)
+        await pilot.press("ctrl+q")
+    (saved,) = list_chats(tmp_path)
+    assert [m["role"] for m in saved.messages] == ["user", "assistant"] and saved.messages[1]["content"]
 
 
 async def test_toggle_speculation_between_replies() -> None:
@@ -231,6 +252,10 @@ async def test_without_a_draft_model_lookup_speculates_and_is_coloured_apart() -
         reply = app.messages("assistant")[0]
         assert {s.source for s in reply.segments} <= {"lookup", "target"}
         assert app.last_stats.speculative
+        # apart in colour, not only in weight: the default theme's $accent was its $warning
+        lookup, target = (reply.get_component_rich_style(f"message--{x}").color for x in ("lookup", "target"))
+        assert lookup != target
+        assert "draft: none (prompt lookup drafts)" in info_text(app.engine)
 
 
 async def test_toggle_highlighting() -> None:
@@ -459,3 +484,16 @@ async def test_a_widget_removed_from_the_screen_ignores_late_updates() -> None:
         view.set_meta("late")
         status.set(rss=1e6, cpu=1.0)
         app.read_sys()
+
+
+async def test_the_status_bars_settings_line_shows_at_any_width() -> None:
+    # at 120 columns with both sources' counts the stats line wrapped, and its second row
+    # pushed the settings line (spec on/off, temperature, colours) out of the 2-row bar
+    from textual.geometry import Region
+
+    app = create_app(make_engine(), options=options(max_tokens=40))
+    async with app.run_test(size=(60, 30)) as pilot:
+        await send(pilot, app, "t5 t9 t13 t5 t9 t13 t5 t9")
+        bar = app.status
+        rows = ["".join(seg.text for seg in strip) for strip in bar.render_lines(Region(0, 0, bar.size.width, 2))]
+        assert "T=0.80" in rows[1], rows

@@ -77,17 +77,15 @@ class ChatApp(App[None]):
         self.temperature = self.options.temperature
         self.highlight = self.options.highlight
         self.history: list[dict[str, str]] = []
-        self.generating = False
+        self.generating = self._save_failed = False
         self.last_stats: Any = None
         self.last_reason: str | None = None
-        self._gen = 0
         self._reply_stream: Generation | None = None  # the reply in progress (its handle cancels it)
         self._reply: MessageView | None = None
         self._pending_user: dict[str, str] | None = None
-        self._shown_warnings = 0
+        self._gen = self._shown_warnings = 0  # the reply in progress' number (a late message of another is dropped)
         self._sys_reader = self.options.sys_reader
         self._file: ChatFile | None = None
-        self._save_failed = False
         self._unanswered = ""  # a resumed chat's last message, which got no reply
         if self.options.chats_dir is not None:
             self._file = ChatFile(self.options.chats_dir, self.options.resume, engine.name)
@@ -134,6 +132,7 @@ class ChatApp(App[None]):
                 self.add_message(m["role"], m["content"])
             self.add_message("note", f"resumed chat {self.options.resume.id}")
             self._prompt.value = self._unanswered  # it got no reply: Enter sends it again
+            self._prompt.cursor_position = len(self._unanswered)
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -289,6 +288,7 @@ class ChatApp(App[None]):
             prompt = self._prompt
             if not prompt.value and self._pending_user is not None:
                 prompt.value = self._pending_user["content"]  # the turn was not taken: edit and retry
+                prompt.cursor_position = len(prompt.value)  # typing and pasting go on from its end
         self.add_message("error", message.error)
         self.persist(self.history)
         self._done(None)
@@ -341,9 +341,17 @@ class ChatApp(App[None]):
         if self.generating:
             self._cancel_reply()
 
+    def _cut_reply(self) -> None:
+        """ctrl+n or ctrl+q during a reply: it stops, and what it said so far is kept and saved, as Esc keeps it."""
+        if self.generating and (reply := self._reply) is not None and reply.text and self._pending_user is not None:
+            reply.set_meta("[stopped]")
+            self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
+            self._pending_user = None  # taken: a late Finished adds nothing
+            self.persist(self.history)
+        self._cancel_reply()
+
     def action_new_chat(self) -> None:
-        if self.generating:
-            self._cancel_reply()
+        self._cut_reply()
         self._reply_stream = None
         self._gen += 1  # anything still arriving from the old generation is dropped
         self.generating = False
@@ -383,7 +391,7 @@ class ChatApp(App[None]):
         self.save(None)
 
     async def action_quit(self) -> None:
-        self._cancel_reply()
+        self._cut_reply()
         self.exit()
 
 

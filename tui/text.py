@@ -86,7 +86,8 @@ def info_text(engine: Any) -> str:
     for role, facts in (("target", info.target or None), ("draft", info.draft)):
         lines.append("")
         if facts is None:
-            lines.append(f"{role}: " + ("none (plain decoding)" if role == "draft" else "—"))
+            draftless = "none (prompt lookup drafts)" if getattr(engine, "lookup", False) else "none (plain decoding)"
+            lines.append(f"{role}: " + (draftless if role == "draft" else "—"))
             continue
         lines.append(f"{role}:")
         for key, value in facts.items():
