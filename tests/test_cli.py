@@ -99,6 +99,20 @@ def test_not_enough_memory_is_refused_with_numbers(
 def test_usage_errors_are_one_line() -> None:
     rc, _, err, elapsed = run_cli("run", "--draft", "x.gguf")
     assert_one_line_error(rc, err, elapsed)
+    # argparse's own errors too (its usage block came first, the top level's for a subcommand)
+    for args, says in (
+        (("inspect", "a.gguf", "b.gguf", "c.gguf"), "unrecognized arguments: c.gguf"),
+        (("run", "--k", "abc"), "invalid int value: 'abc' (see `edgespec run --help`)"),
+        (("bogus",), "invalid choice: 'bogus'"),
+    ):
+        rc, _, err, elapsed = run_cli(*args)
+        assert_one_line_error(rc, err, elapsed)
+        assert says in err
+
+
+def test_models_alone_lists_them() -> None:
+    rc, out, err, _ = run_cli("models")  # it said "the following arguments are required: action, names"
+    assert rc == 0 and "demo" in out, err
 
 
 def test_bad_sampling_options_are_refused_before_any_model_loads(tmp_path: Path) -> None:

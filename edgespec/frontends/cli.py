@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from edgespec import EdgespecError
 
@@ -88,7 +88,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from edgespec.llama.gguf_file import describe, read_gguf
     from edgespec.llama.pair import pair_verdict
 
-    infos = [read_gguf(p) for p in args.paths]
+    infos = [read_gguf(p) for p in (args.path, args.draft) if p is not None]
     out: dict[str, Any] = {"models": [describe(i) for i in infos]}
     if len(infos) == 2:
         out["pair"] = pair_verdict(infos[0], infos[1]).as_dict()
@@ -131,7 +131,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgespec", description="Lossless speculative decoding for local GGUF models")
+    parser = OneLineParser(prog="edgespec", description="Lossless speculative decoding for local GGUF models")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="generate once and print the text and speculation stats")
     add_model_args(run)
@@ -145,12 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     ins = sub.add_parser("inspect", help="facts of a GGUF file, and the verdict for a target/draft pair")
-    ins.add_argument("paths", nargs="+", metavar="PATH")
+    ins.add_argument("path", metavar="PATH", help="a GGUF model (the target, when a draft follows)")
+    ins.add_argument("draft", nargs="?", metavar="DRAFT", help="its draft: the pair's verdict too")
     ins.add_argument("--json", action="store_true")
     ins.set_defaults(func=cmd_inspect)
 
     mod = sub.add_parser("models", help="list models.toml entries or prepare them")
-    mod.add_argument("action", choices=["list", "prepare"])
+    mod.add_argument("action", nargs="?", choices=["list", "prepare"], default="list", help="default: list")
     mod.add_argument("names", nargs="*", help="pairs to prepare (default: demo)")
     mod.add_argument("--config")
     mod.set_defaults(func=cmd_models)
@@ -162,12 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, as every other error (not argparse's usage block first);
+    its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"edgespec: error: {message} (see `{self.prog} --help`)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "command", None) == "inspect" and len(args.paths) > 2:
-        parser.error("inspect takes one or two paths")
-    return run_command(args)
+    return run_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
