@@ -147,16 +147,21 @@ async def test_markup_and_escape_codes_in_output_are_shown_literally() -> None:
 # -- keys --------------------------------------------------------------------------------------
 
 
+async def _mid_reply(app: ChatApp, pilot) -> None:
+    """Send a message and return once its reply has some text and is still going."""
+    app.query_one("#prompt").value = "t5 t6"
+    await pilot.press("enter")
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if app.messages("assistant")[0].text:
+            break
+    assert app.generating
+
+
 async def test_escape_cancels_quickly_and_keeps_the_text() -> None:
     app = create_app(slow_engine(), options=options(max_tokens=2000))  # K=4: 50 ms steps
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").value = "t5 t6"
-        await pilot.press("enter")
-        for _ in range(200):
-            await asyncio.sleep(0.02)
-            if app.messages("assistant")[0].text:
-                break
-        assert app.generating
+        await _mid_reply(app, pilot)
         t0 = time.monotonic()
         await pilot.press("escape")
         while app.generating and time.monotonic() - t0 < 2:
@@ -185,16 +190,6 @@ async def test_new_chat_clears_the_conversation() -> None:
         assert app.status.stats is None
         await send(pilot, app, "t5 t6")
         assert len(app.history) == 2
-
-
-async def _mid_reply(app: ChatApp, pilot) -> None:
-    app.query_one("#prompt").value = "t5 t6"
-    await pilot.press("enter")
-    for _ in range(200):
-        await asyncio.sleep(0.02)
-        if app.messages("assistant")[0].text:
-            break
-    assert app.generating
 
 
 async def test_new_chat_during_a_generation_saves_the_old_reply_and_starts_empty(tmp_path: Path) -> None:
