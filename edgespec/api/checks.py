@@ -26,7 +26,7 @@ def check_params(p: SamplingParams, max_tokens: int, k: int | None, logprobs: in
         require_number(name, number)
     require_integer("top_k", p.top_k)
     require_integer("max_tokens", max_tokens)
-    for name, whole in (("k", k), ("seed", p.seed), ("logprobs", logprobs)):
+    for name, whole in (("seed", p.seed), ("logprobs", logprobs)):  # k: check_k
         if whole is not None:
             require_integer(name, whole)
     if not p.temperature >= 0:

@@ -54,7 +54,8 @@ class GGUFInfo:
         """`{architecture}.{suffix}` from the metadata, or None."""
         return self.metadata.get(f"{self.architecture}.{suffix}")
 
-    def _arch_int(self, suffix: str) -> int | None:
+    def arch_int(self, suffix: str) -> int | None:
+        """`{architecture}.{suffix}` as an integer (a per-layer list: its largest), or None."""
         value = self.arch_value(suffix)
         if isinstance(value, list):  # some models give per-layer head counts
             value = max((v for v in value if isinstance(v, int)), default=None)
@@ -107,7 +108,7 @@ class GGUFInfo:
     @property
     def vocab_size(self) -> int | None:
         tokens = self.tokens
-        return len(tokens) if tokens is not None else self._arch_int("vocab_size")
+        return len(tokens) if tokens is not None else self.arch_int("vocab_size")
 
     def _token_id(self, key: str) -> int | None:
         value = self.metadata.get(key)
@@ -135,23 +136,23 @@ class GGUFInfo:
 
     @property
     def context_length(self) -> int | None:
-        return self._arch_int("context_length")
+        return self.arch_int("context_length")
 
     @property
     def block_count(self) -> int | None:
-        return self._arch_int("block_count")
+        return self.arch_int("block_count")
 
     @property
     def embedding_length(self) -> int | None:
-        return self._arch_int("embedding_length")
+        return self.arch_int("embedding_length")
 
     @property
     def head_count(self) -> int | None:
-        return self._arch_int("attention.head_count")
+        return self.arch_int("attention.head_count")
 
     @property
     def head_count_kv(self) -> int | None:
-        return self._arch_int("attention.head_count_kv") or self.head_count
+        return self.arch_int("attention.head_count_kv") or self.head_count
 
     @property
     def chat_template(self) -> str | None:

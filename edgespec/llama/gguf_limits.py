@@ -12,10 +12,7 @@ refuses those cleanly. Pure: no llama_cpp.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from .gguf_info import TOKENS_KEY, GGUFInfo
+from .gguf_info import GGUFInfo
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS (src/llama-hparams.h)
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS
@@ -23,20 +20,13 @@ ROPE_SCALING = ("none", "linear", "yarn", "longrope")  # LLAMA_ROPE_SCALING_TYPE
 EXPERTS_ONE_IS_NONE = ("hunyuan_vl", "hunyuan-dense")  # an expert count of 0 or 1 means none there
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def limits_problem(info: GGUFInfo) -> str | None:
     """What in this header llama.cpp would abort on, in a few words, or None."""
-    arch = info.metadata.get("general.architecture")
-    return (_hparams_problem(info.metadata, arch) if isinstance(arch, str) else None) or _vocab_problem(info.metadata)
+    return _hparams_problem(info) or _vocab_problem(info)
 
 
-def _hparams_problem(meta: Mapping[str, Any], arch: str) -> str | None:
-    def get(key: str) -> int | None:
-        return _int(meta.get(f"{arch}.{key}"))
-
+def _hparams_problem(info: GGUFInfo) -> str | None:
+    arch, get = info.architecture, info.arch_int
     layers = get("block_count")
     if layers is not None and not 0 < layers <= MAX_LAYERS:
         return f"{arch}.block_count is {layers} (1 to {MAX_LAYERS})"
@@ -44,14 +34,13 @@ def _hparams_problem(meta: Mapping[str, Any], arch: str) -> str | None:
         value = get(key)
         if value is not None and layers is not None and value > layers:
             return f"{arch}.{key} is {value}, more than the {layers} layers"
-    scaling = meta.get(f"{arch}.rope.scaling.type")
+    scaling = info.arch_value("rope.scaling.type")
     if isinstance(scaling, str) and scaling not in ROPE_SCALING:
         return f"{arch}.rope.scaling.type is {scaling[:40]!r} (one of {', '.join(ROPE_SCALING)})"
     experts = get("expert_count") or 0
     if arch in EXPERTS_ONE_IS_NONE and experts <= 1:
         return None
-    per_layer = meta.get(f"{arch}.expert_used_count")
-    used = max((u for u in map(_int, per_layer if isinstance(per_layer, list) else [per_layer]) if u), default=0)
+    used = get("expert_used_count") or 0  # per layer: the most of them
     groups, groups_used = get("expert_group_count") or 0, get("expert_group_used_count") or 0
     if experts > MAX_EXPERTS:
         return f"{arch}.expert_count is {experts} (at most {MAX_EXPERTS})"
@@ -66,9 +55,9 @@ def _hparams_problem(meta: Mapping[str, Any], arch: str) -> str | None:
     return None
 
 
-def _vocab_problem(meta: Mapping[str, Any]) -> str | None:
-    tokens = meta.get(TOKENS_KEY)
-    if not isinstance(tokens, list):
+def _vocab_problem(info: GGUFInfo) -> str | None:
+    tokens = info.tokens
+    if tokens is None:
         return None
     seen: dict[str, int] = {}
     for i, word in enumerate(tokens):
@@ -76,7 +65,7 @@ def _vocab_problem(meta: Mapping[str, Any]) -> str | None:
         if word in seen:
             return f"tokens {seen[word]} and {i} are both {word[:40]!r}"
         seen[word] = i
-    if meta.get("tokenizer.ggml.model") == "llama":  # SentencePiece: bytes it has no piece for fall back
+    if info.vocab_type == "llama":  # SentencePiece: bytes it has no piece for fall back
         for byte in range(256):
             if f"<0x{byte:02X}>" not in seen and _byte_text(byte) not in seen:
                 return f"its SentencePiece vocabulary has no token for byte 0x{byte:02X} (<0x{byte:02X}>)"

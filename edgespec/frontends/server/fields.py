@@ -295,13 +295,19 @@ def message_text(content: str | list[TextPart] | None) -> str:
 UNPARSABLE = "There was an error parsing the body"  # FastAPI's 400 when json.loads raises other than a JSON error
 
 
+def _line_column(body: str | bytes, pos: int) -> tuple[int, int]:
+    """Where offset `pos` of a request body is, as a JSON error says it (1-based)."""
+    nl = b"\n" if isinstance(body, bytes) else "\n"
+    return body.count(nl, 0, pos) + 1, pos - body.rfind(nl, 0, pos)  # type: ignore[arg-type]
+
+
 def not_utf8(body: bytes) -> str:
     """The 400 message for a body FastAPI could not parse that is not a JSON syntax error:
     bytes that are not UTF-8 (JSON's encoding), said where, as a JSON error is."""
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as e:
-        line, column = body.count(b"\n", 0, e.start) + 1, e.start - body.rfind(b"\n", 0, e.start)
+        line, column = _line_column(body, e.start)
         return (
             f"the body is not valid UTF-8: byte 0x{body[e.start]:02x} at line {line}, column {column}; "
             "send the JSON encoded as UTF-8"
@@ -315,7 +321,7 @@ def explain(errors: Sequence[Any], body: Any, content_type: str | None) -> tuple
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid" and isinstance(body, str) and loc and loc[0].isdigit():
         pos = int(loc[0])
-        line, column = body.count("\n", 0, pos) + 1, pos - body.rfind("\n", 0, pos)
+        line, column = _line_column(body, pos)
         why = str(first.get("ctx", {}).get("error", "not JSON"))
         return f"the body is not valid JSON: {why[:1].lower()}{why[1:]} at line {line}, column {column}", None
     media = (content_type or "").split(";")[0].strip().lower()
