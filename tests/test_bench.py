@@ -80,10 +80,30 @@ def test_bench_names_an_unknown_quantization_draft(tmp_path: Path, capsys: pytes
         ("--bad-pair", "nope", "nope"),
         ("--tokens", "0", "--tokens"),
         ("--lookup-prompts", "haiku", "haiku"),
+        ("--ks", "0", "needs 0 (plain decoding) and at least one K above it"),  # the report's ratios need both
+        ("--ks", "0,40", "between 0 and 32"),
+        ("--temps", "nan", "--temps"),
+        ("--n-max", "0", "--n-max"),
+        ("--out", "/proc/edgespec-bench", "cannot write the reports to /proc/edgespec-bench"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(option: str, value: str, words: str, capsys) -> None:
-    assert main(["bench", "--no-native", "--out", "/nonexistent/never", option, value]) == 2
+    assert main(["bench", "--no-native", "--out", "/proc/never", option, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--ks", "a"], "--ks takes comma-separated whole numbers"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--machines", "cpu,nope"], "no simulated machine 'nope' (--machines)"),
+        (["--profiles", "steady-0.9,nope"], "no acceptance profile 'nope' (--profiles)"),
+    ],
+)
+def test_the_simulated_bench_refuses_bad_options_in_one_line(args: list[str], words: str, capsys) -> None:
+    assert main(["bench", "--simulate", "--virtual-clock", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
 
@@ -96,3 +116,11 @@ def test_the_lookup_table_says_n_a_for_llama_cpp_columns_not_run() -> None:
     native = {**cell, "llama_plain": 38.0, "llama_plain_empty": 44.0, "llama_ngram-simple": 39.0}
     row = markdown([native]).splitlines()[-1]
     assert "| rename | 0.0 | 44.0 | 38.0 | 39.0 | n/a | 37.4 |" in row
+
+
+def test_a_pair_without_a_draft_model_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "models.toml"
+    cfg.write_text('[models.t]\npath = "/m.gguf"\n[pairs.lk]\ntarget = "t"\ndraft = "lookup"\n')
+    assert main(["bench", "--config", str(cfg), "--pair", "lk", "--quant-drafts", "", "--bad-pair", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pair 'lk' has no draft model" in err[0]

@@ -170,3 +170,11 @@ def test_run_json_prints_one_object_with_stats() -> None:
     out = json.loads(p.stdout)
     assert set(out) == {"text", "tokens", "finish_reason", "stats", "warnings"}
     assert out["stats"]["n_generated"] == len(out["tokens"]) and out["stats"]["n_drafted"] > 0
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "100000"])
+def test_threads_out_of_ggmls_range_are_one_line_before_any_file_is_read(threads: str, capsys) -> None:
+    """ggml keeps 512 threads' state in fixed arrays: 100000 segfaulted in the first decode."""
+    assert cli.main(["run", "--target", "/no/such.gguf", "--threads", threads, "--max-tokens", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"edgespec: error: threads must be 1..512, got {threads} (leave it out for the physical cores)"]

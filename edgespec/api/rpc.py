@@ -14,6 +14,7 @@ import threading
 from ..core import defaults
 from ..core.errors import ConfigError
 from ..llama import backend
+from ..llama.config import check_threads
 
 LOOPBACK = ("127.0.0.1", "localhost")  # where binding needs no warning
 
@@ -37,6 +38,7 @@ def serve_rpc(
     the thread ends early only if the server could not start)."""
     if ":" in host:
         raise ConfigError(f"llama.cpp's RPC server listens on IPv4 addresses only (got {host})")
+    check_threads(threads)
     check_bindable(host, port)
     endpoint = f"{host}:{port}"
     threads = threads or backend.default_threads()

@@ -24,6 +24,7 @@ from .options import (
     format_stats,
     run_command,
     sampling_options,
+    setup_logging,
 )
 
 
@@ -109,8 +110,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from edgespec.llama.config import load_config
-    from edgespec.llama.models import is_ready, prepare_pair
+    from edgespec.llama.models import prepare_pair, state
 
+    setup_logging(args.verbose)
     cfg = load_config(args.config)
     if args.action == "prepare":
         for name in args.names or ["demo"]:
@@ -120,11 +122,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     print(f"# {cfg.source}")
     for m in cfg.models.values():
         src = str(m.path) if m.path else m.wheel or f"{m.derive} -> {m.quantize}"
-        print(f"model {m.name:22} {'ready' if is_ready(m) else 'not prepared':13} {src}")
+        print(f"model {m.name:22} {state(cfg, m):13} {src}")
     for p in cfg.pairs.values():
-        ready = is_ready(cfg.model(p.target)) and (p.draft is None or is_ready(cfg.model(p.draft)))
+        states = {state(cfg, cfg.model(n)) for n in (p.target, p.draft) if n is not None}
+        shown = next((s for s in ("missing", "not prepared", "changed") if s in states), "ready")
         print(
-            f"pair  {p.name:22} {'ready' if ready else 'not prepared':13} {p.target} + {p.draft}"
+            f"pair  {p.name:22} {shown:13} {p.target} + {p.draft or 'prompt lookup'}"
             f" (k={'auto' if p.k is None else p.k})"
         )
     return 0
@@ -154,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     mod.add_argument("action", nargs="?", choices=["list", "prepare"], default="list", help="default: list")
     mod.add_argument("names", nargs="*", help="pairs to prepare (default: demo)")
     mod.add_argument("--config")
+    mod.add_argument("--verbose", action="store_true", help="llama.cpp's log (the quantizer's reasons)")
     mod.set_defaults(func=cmd_models)
 
     # serve, bench and chat register themselves through entry points (pyproject.toml): the

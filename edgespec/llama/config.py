@@ -24,6 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 QUANT_TYPES = tuple(QUANTIZE_FTYPES)
+MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more overruns its thread arrays (a segfault)
 LOOKUP_ONLY = "lookup"  # `draft = "lookup"`: a pair with no draft model, drafting by prompt lookup
 
 BUILTIN: dict[str, Any] = {
@@ -94,14 +95,19 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist; check the path")
         return p
-    candidates = [
-        os.environ.get("EDGESPEC_CONFIG"),
+    candidates: list[str | Path] = [
         "models.toml",
         Path(__file__).resolve().parents[2] / "models.toml",
         home() / "models.toml",
     ]
+    named = os.environ.get("EDGESPEC_CONFIG")
+    if named:  # a file the user named is never skipped for the next one
+        p = Path(named).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"EDGESPEC_CONFIG names {p}, which is not a file; fix it or unset it")
+        return p
     for c in candidates:
-        if c and Path(c).is_file():
+        if Path(c).is_file():
             return Path(c)
     return None
 
@@ -116,11 +122,12 @@ def load_config(explicit: str | Path | None = None) -> Config:
         raise ConfigError(f"{path}: cannot read it as TOML ({err}); fix the file") from err
     # the demo pair is always available unless the file redefines it
     merged = {key: {**BUILTIN[key], **_table(data, key, str(path))} for key in ("models", "pairs")}
-    return parse(merged, str(path))
+    return parse(merged, str(path), base=path.parent)
 
 
-def parse(data: dict[str, Any], source: str) -> Config:
-    models = {n: _model(n, t, source) for n, t in _table(data, "models", source).items()}
+def parse(data: dict[str, Any], source: str, base: Path | None = None) -> Config:
+    """`base`: the folder a relative `path` is taken from (the config file's)."""
+    models = {n: _model(n, t, source, base) for n, t in _table(data, "models", source).items()}
     pairs = {n: _pair(n, t, source, models) for n, t in _table(data, "pairs", source).items()}
     for m in models.values():
         seen = {m.name}
@@ -139,6 +146,13 @@ def _table(data: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     t = data.get(key, {})
     if not isinstance(t, dict) or not all(isinstance(v, dict) for v in t.values()):
         raise ConfigError(f"{source}: [{key}.NAME] entries must be tables")
+    for name, entry in t.items():
+        inner = next((k for k, v in entry.items() if isinstance(v, dict)), None)
+        if inner is not None:  # [models.qwen2.5-7b] is TOML for models -> qwen2 -> 5-7b
+            raise ConfigError(
+                f"{source}: [{key}.{name}.{inner}] is a table inside {key}.{name}; a name with a dot "
+                f'needs quotes: [{key}."{name}.{inner}"]'
+            )
     return t
 
 
@@ -149,7 +163,7 @@ def _get(t: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str, 
     return v
 
 
-def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
+def _model(name: str, t: dict[str, Any], source: str, base: Path | None = None) -> ModelEntry:
     where = f"{source}: models.{name}"
     unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads", "rpc"}
     if unknown:
@@ -163,17 +177,34 @@ def _model(name: str, t: dict[str, Any], source: str) -> ModelEntry:
     if "derive" in t and q not in QUANT_TYPES:
         raise ConfigError(f"{where}.quantize must be one of {', '.join(QUANT_TYPES)}")
     path = _get(t, "path", str, where)
+    if path is not None and not path.strip():
+        raise ConfigError(f"{where}.path is empty; name the .gguf file")
+    wheel = _get(t, "wheel", str, where)
+    if wheel is not None and (not wheel.strip() or wheel.lstrip().startswith("-")):
+        raise ConfigError(f'{where}.wheel must be a requirement such as "name==1.0", not {wheel!r}')
+    threads = _get(t, "threads", int, where)
+    check_threads(threads, f"{where}.threads")
+    try:
+        rpc = parse_endpoints(_get(t, "rpc", (list, str), where)) if "rpc" in t else ()
+    except ConfigError as err:
+        raise ConfigError(f"{where}.rpc: {err}") from None
     return ModelEntry(
         name,
-        Path(path).expanduser() if path else None,
-        _get(t, "wheel", str, where),
+        _resolve(path, base) if path is not None else None,
+        wheel,
         _get(t, "file", str, where),
         _get(t, "derive", str, where),
         q,
         _get(t, "n_gpu_layers", int, where, 0),
-        _get(t, "threads", int, where),
-        parse_endpoints(_get(t, "rpc", (list, str), where)) if "rpc" in t else (),
+        threads,
+        rpc,
     )
+
+
+def _resolve(path: str, base: Path | None) -> Path:
+    """`~` expanded; a relative path is taken from the config file's folder, not the working one."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base is None else base / p
 
 
 def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntry]) -> PairEntry:
@@ -209,6 +240,14 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
         n_ctx,
         lookup,
     )
+
+
+def check_threads(threads: object, name: str = "threads") -> None:
+    """None (the physical cores) or 1..MAX_THREADS; anything else is one ConfigError line."""
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS
+    ):
+        raise ConfigError(f"{name} must be 1..{MAX_THREADS}, got {threads!r} (leave it out for the physical cores)")
 
 
 def default_threads() -> int:

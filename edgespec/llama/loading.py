@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import defaults
 from ..core.info import EngineInfo, GpuOffload
-from .config import load_config
+from .config import check_threads, load_config
 from .gguf_file import describe, read_gguf
 from .pair import (
     QuantReport,
@@ -53,6 +53,9 @@ class LoadOptions:
     lookup: bool = True  # prompt lookup drafts
     rpc: tuple[str, ...] = ()  # rpc-servers ("host:port") for the target's layers; the draft stays here
     heads: bool = True  # rows as their top-k from a GPU's backend where sampling allows (Engine(heads=...))
+
+    def __post_init__(self) -> None:
+        check_threads(self.threads)  # before a child is started or a file read
 
 
 @dataclass

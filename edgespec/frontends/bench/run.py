@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from edgespec import EdgespecError, Engine
+from edgespec.core import defaults
 
 from .copying import PROMPTS as COPYING_PROMPTS
 from .copying import lookup_cells
+from .sim_bench import check_ks
 from .simulate import MACHINES, PROFILES, TEXTS
 
 PROMPTS = {
@@ -209,18 +211,51 @@ def _check_args(args: argparse.Namespace, cfg: Any) -> None:
             raise EdgespecError(f"no lookup prompt named {name!r} (--lookup-prompts); known: {known}")
     for name in _names(args.quant_drafts):
         if name not in cfg.models:
-            raise EdgespecError(f"no model named {name!r} in {cfg.source} (--quant-drafts)")
-    if args.bad_pair:
-        cfg.pair(args.bad_pair)
-    for option, csv, kind in (("--ks", args.ks, int), ("--temps", args.temps, float), ("--n-max", args.n_max, int)):
+            raise EdgespecError(f"no model named {name!r} in {cfg.source} (--quant-drafts; '' skips the table)")
+    if cfg.pair(args.pair).draft is None:
+        raise EdgespecError(f"pair {args.pair!r} has no draft model; the bench needs one (--pair)")
+    if args.bad_pair and cfg.pair(args.bad_pair).draft is None:
+        raise EdgespecError(f"pair {args.bad_pair!r} has no draft model (--bad-pair; '' skips that row)")
+    check_ks(args.ks, plain=True)
+    for option, csv, kind in (("--temps", args.temps, float), ("--n-max", args.n_max, int)):
         try:
             values = [kind(x) for x in _names(csv)]
         except ValueError:
             raise EdgespecError(f"{option} takes comma-separated numbers, not {csv!r}") from None
-        if any(v < 0 for v in values):
-            raise EdgespecError(f"{option} values must be >= 0")
+        if not all(0 <= v < float("inf") for v in values):
+            raise EdgespecError(f"{option} values must be finite and >= 0")
+    if any(not 1 <= n <= defaults.K_LIMIT for n in (int(x) for x in _names(args.n_max))):
+        raise EdgespecError(f"--n-max values must be between 1 and {defaults.K_LIMIT}")
     if args.tokens < 1 or args.repeats < 1:
         raise EdgespecError("--tokens and --repeats must be at least 1")
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-check").touch()
+        (out / ".write-check").unlink()
+    except OSError as err:
+        raise EdgespecError(
+            f"cannot write the reports to {out} ({(err.strerror or str(err)).lower()}); pick another --out"
+        ) from None
+
+
+def _check_drafts(args: argparse.Namespace, cfg: Any, target: Path) -> None:
+    """The acceptance table's drafts and the bad pair, prepared and checked against their
+    targets before the cells run (a draft that cannot pair failed after the whole run)."""
+    from edgespec.llama.gguf_file import read_gguf
+    from edgespec.llama.models import prepare, prepare_pair
+    from edgespec.llama.pair import check_tokenizers
+
+    t_info = read_gguf(target)
+    for name in _names(args.quant_drafts):
+        try:
+            check_tokenizers(t_info, read_gguf(prepare(cfg, name)))
+        except EdgespecError as err:
+            raise EdgespecError(f"--quant-drafts {name}: {err}") from None
+    if args.bad_pair:
+        bad_target, bad_draft = prepare_pair(cfg, args.bad_pair)
+        assert bad_draft is not None  # _check_args
+        check_tokenizers(read_gguf(bad_target), read_gguf(bad_draft))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -240,9 +275,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     _check_args(args, cfg)
     target, draft = prepare_pair(cfg, args.pair)
-    assert draft is not None, "the bench needs a pair with a draft"
+    assert draft is not None  # _check_args
+    if not args.only_lookup:
+        _check_drafts(args, cfg, target)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "pair": args.pair,

@@ -23,7 +23,8 @@ import sys
 from collections.abc import Sequence
 
 import edgespec.core.decoder as decoder_mod
-from edgespec import Engine
+from edgespec import EdgespecError, Engine
+from edgespec.core import defaults
 
 from .simulate import (
     MACHINES,
@@ -92,6 +93,22 @@ def summary(row: dict[str, float]) -> dict[str, float]:
     }
 
 
+def check_ks(csv: str, plain: bool = False) -> list[int]:
+    """--ks as integers 0..K_LIMIT, at least one; `plain`: K = 0 and one K above it among them
+    (make bench's tables compare each K with plain decoding)."""
+    try:
+        ks = [int(x) for x in csv.split(",") if x]
+    except ValueError:
+        raise EdgespecError(f"--ks takes comma-separated whole numbers, not {csv!r}") from None
+    if any(not 0 <= k <= defaults.K_LIMIT for k in ks):
+        raise EdgespecError(f"--ks values must be between 0 and {defaults.K_LIMIT}")
+    if not ks:
+        raise EdgespecError("--ks needs at least one K, e.g. --ks 0,4,8")
+    if plain and (0 not in ks or not any(ks)):
+        raise EdgespecError("--ks needs 0 (plain decoding) and at least one K above it, e.g. --ks 0,4,8")
+    return ks
+
+
 def machines(names: str) -> list[Machine]:
     known = {m.name: m for m in MACHINES}
     out: list[Machine] = []
@@ -103,7 +120,9 @@ def machines(names: str) -> list[Machine]:
         elif name in known:
             out.append(known[name])
         else:
-            raise SystemExit(f"no simulated machine {name!r}; known: {', '.join(known)}, seedN or graphsN")
+            raise EdgespecError(
+                f"no simulated machine {name!r} (--machines); known: {', '.join(known)}, seedN or graphsN"
+            )
     return out
 
 
@@ -131,16 +150,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace, clock: VirtualClock | None) -> int:
-    ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(17))
+    ks = check_ks(args.ks) if args.ks else list(range(17))
+    if args.tokens < 1 or args.repeats < 1:
+        raise EdgespecError("--tokens and --repeats must be at least 1")
     try:
         prompts(args.texts)  # its range check, before any machine runs
     except ValueError as e:
-        raise SystemExit(f"--{e}") from None
+        raise EdgespecError(f"--{e}") from None
+    profiles = [x for x in args.profiles.split(",") if x]
+    for prof in profiles:
+        if prof not in PROFILES:
+            raise EdgespecError(f"no acceptance profile {prof!r} (--profiles); known: {', '.join(PROFILES)}")
     results = []
     for m in machines(args.machines):
-        for prof in (x for x in args.profiles.split(",") if x):
-            if prof not in PROFILES:
-                raise SystemExit(f"no acceptance profile {prof!r}; known: {', '.join(PROFILES)}")
+        for prof in profiles:
             row = speeds(m, PROFILES[prof], ks, tokens=args.tokens, rounds=args.repeats, clock=clock, texts=args.texts)
             s = summary(row)
             print(f"  {m.name} {prof}: adaptive {s['vs_best']:.2f}x best fixed (K={s['best_k']:.0f})",

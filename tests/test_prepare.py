@@ -1,0 +1,82 @@
+"""Preparing models.toml's entries: a derived file follows its entry, a user's source is checked
+before llama.cpp's quantizer parses it, and a cache that cannot be written is one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from gguf_corpus import small_model
+
+from edgespec.core.errors import ConfigError, ModelFileError
+from edgespec.llama.config import load_config
+from edgespec.llama.gguf_file import read_gguf
+from edgespec.llama.models import prepare, state
+
+
+def _config(tmp_path: Path, source: Path, qtype: str) -> Path:
+    p = tmp_path / "models.toml"
+    p.write_text(f'[models.src]\npath = "{source}"\n[models.small]\nderive = "src"\nquantize = "{qtype}"\n')
+    return p
+
+
+def test_a_derived_model_is_made_again_when_its_entry_or_source_changes(tmp_path: Path, demo_draft: Path) -> None:
+    source = tmp_path / "src.gguf"
+    shutil.copy(demo_draft, source)
+    cfg = load_config(_config(tmp_path, source, "Q8_0"))
+    assert state(cfg, cfg.model("small")) == "not prepared"
+    made = prepare(cfg, "small", progress=lambda _: None)
+    assert read_gguf(made).quantization == "Q8_0" and state(cfg, cfg.model("small")) == "ready"
+    first = made.stat().st_mtime_ns
+    assert prepare(cfg, "small", progress=lambda _: None).stat().st_mtime_ns == first  # nothing to do
+
+    cfg = load_config(_config(tmp_path, source, "Q4_0"))  # the user edits the quantization
+    assert state(cfg, cfg.model("small")) == "changed"
+    said: list[str] = []
+    assert read_gguf(prepare(cfg, "small", progress=said.append)).quantization == "Q4_0"
+    assert any("changed since it was made" in s for s in said)
+
+    os.utime(source, ns=(first + 10**9, first + 10**9))  # the source file replaced
+    assert state(cfg, cfg.model("small")) == "changed"
+    prepare(cfg, "small", progress=lambda _: None)
+    assert state(cfg, cfg.model("small")) == "ready"
+
+
+def test_a_file_made_before_recipes_were_kept_is_taken_as_it_is(tmp_path: Path) -> None:
+    source = tmp_path / "src.gguf"
+    source.write_bytes(small_model())
+    cfg = load_config(_config(tmp_path, source, "Q8_0"))
+    made = cfg.model("small").location()
+    made.parent.mkdir(parents=True)
+    made.write_bytes(small_model())  # no note of what it was made from: an older edgespec's cache
+    assert state(cfg, cfg.model("small")) == "ready"
+    assert prepare(cfg, "small", progress=lambda _: None) == made and made.with_name("small.gguf.recipe").is_file()
+
+
+def test_a_malformed_source_is_refused_before_the_quantizer_reads_it(tmp_path: Path) -> None:
+    source = tmp_path / "src.gguf"
+    source.write_bytes(small_model(n_layer=0))  # llama.cpp's loader aborts the process on it
+    cfg = load_config(_config(tmp_path, source, "Q8_0"))
+    with pytest.raises(ModelFileError, match="block_count is 0"):
+        prepare(cfg, "small", progress=lambda _: None)
+    assert not any(cfg.model("small").location().parent.glob("small.gguf*"))
+
+
+def test_a_home_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "src.gguf"
+    source.write_bytes(small_model())
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "a-file"))
+    cfg = load_config(_config(tmp_path, source, "Q8_0"))
+    with pytest.raises(ConfigError, match="cannot write small to .*a-file/models .*set EDGESPEC_HOME"):
+        prepare(cfg, "small", progress=lambda _: None)
+
+
+def test_a_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
+    (tmp_path / "models.toml").write_text(f'[models.d]\npath = "{tmp_path}"\n')
+    cfg = load_config(tmp_path / "models.toml")
+    assert state(cfg, cfg.model("d")) == "missing"
+    with pytest.raises(ModelFileError, match="is a folder"):
+        prepare(cfg, "d")
