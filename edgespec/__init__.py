@@ -19,6 +19,7 @@ the one module that imports llama_cpp, GGUF reading, pair checks, models),
 from .llama import backend as _backend  # noqa: F401
 
 # isort: on
+from .api.checks import check_structured_output
 from .api.engine import Engine, Prompt
 from .api.generation import Generation
 from .api.isolated import IsolatedEngine
@@ -54,6 +55,7 @@ __all__ = [
     "TokenLogprob",
     "ToolCall",
     "ToolSet",
+    "check_structured_output",
     "defaults",
     "serve_rpc",
     "served_devices",

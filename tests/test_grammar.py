@@ -85,3 +85,36 @@ def test_json_mode_accepts_any_object() -> None:
     g = Grammar(tokenizer(), compile_grammar(json_schema=True), 257)
     doc = json.dumps({"x": [1, 2, {"y": None}]}, separators=(",", ":"))  # compact, as the grammar asks
     assert g.valid_prefix(ids(doc)) == len(doc)
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"json_schema": 5}, "a JSON schema is an object (a dict), not int"),
+        ({"json_schema": [1, 2]}, "not list"),
+        ({"json_schema": "5"}, "not int"),
+        ({"json_schema": False}, "not bool"),
+        ({"json_schema": object()}, "not valid JSON"),
+        ({"grammar": {"a": 1}}, "grammar must be a non-empty string"),
+        ({"grammar": ""}, "grammar must be a non-empty string"),
+        ({"json_schema": {"type": "string", "pattern": "(?=x)"}}, "look-around, including look-ahead"),
+    ],
+)
+def test_schemas_and_grammars_that_cannot_be_used_are_one_line_with_the_reason(kwargs: dict, says: str) -> None:
+    """ValueError and TypeError came out raw; a regex's reason was cut at "regex parse error:"."""
+    options = {"lark" if k == "grammar" else k: v for k, v in kwargs.items()}
+    with pytest.raises(EdgespecError) as err:
+        compile_grammar(**options)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_json_schemas_true_and_a_pydantic_model_class_are_schemas() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Point(pydantic.BaseModel):
+        x: int
+
+    g = Grammar(tokenizer(), compile_grammar(json_schema=Point), 257)
+    assert g.valid_prefix(ids('{"x":3}')) == 7 and g.valid_prefix(ids('{"x":"a"}')) < 6
+    anything = Grammar(tokenizer(), compile_grammar(json_schema="true"), 257)  # JSON Schema's `true`
+    assert anything.valid_prefix(ids("[1]")) == 3

@@ -402,3 +402,38 @@ def test_binding_beyond_loopback_needs_a_key(monkeypatch: pytest.MonkeyPatch) ->
         args.func(args)  # refused before any model loads
     assert "\n" not in str(err.value)
     assert (args.port, args.queue, args.api_key) == (8080, 8, None)
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}}}, "foo"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "g", "parameters": {"properties": {"a": {"type": "foo"}}}},
+                    }
+                ]
+            },
+            "tools[0] (g): parameters",
+        ),
+    ],
+)
+def test_a_schema_that_cannot_be_used_is_a_400_without_waiting_for_the_queue(extra: dict, says: str) -> None:
+    """It waited its turn behind every generation in progress (and got a 503 on a full queue)."""
+    engine = fake_engine()
+    app = create_app(engine)
+    queue = app.state.queue
+    engine.target.gate.clear()  # the generation in progress holds the engine
+    with serve_in_thread(app) as url:
+        first = threading.Thread(target=lambda: client(url).completions.create(model="m", prompt="t5", max_tokens=3))
+        first.start()
+        wait_for(lambda: queue.running)
+        try:
+            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": CHAT, **extra}, timeout=5)
+            assert r.status_code == 400 and says in r.json()["error"]["message"]
+        finally:
+            engine.target.gate.set()
+            first.join(10)

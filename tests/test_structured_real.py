@@ -58,6 +58,19 @@ def test_greedy_answer_under_a_schema_is_the_same_with_and_without_speculation(d
     jsonschema.validate(json.loads(spec.text), TRIP)
 
 
+def test_an_empty_schema_and_openais_tool_list_still_constrain_the_answer(demo_engine) -> None:
+    """`json_schema={}` (any JSON value) was taken as no schema, and OpenAI's `tools` list passed to
+    `generate` as it is raised AttributeError."""
+    res = demo_engine.generate(ASK, temperature=0, max_tokens=40, json_schema={})
+    assert res.text[:1] in '{["-0123456789tfn'  # JSON, not the prose the model answers unconstrained
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    ask, opts = [{"role": "user", "content": "Weather in Paris?"}], {"temperature": 0, "max_tokens": 12}
+    as_list = demo_engine.generate(ask, tools=[weather], **opts)
+    assert as_list.tokens == demo_engine.generate(ask, tools=demo_engine.tools([weather]), **opts).tokens
+    assert as_list.tokens != demo_engine.generate(ask, **opts).tokens  # offered, not dropped
+
+
 @pytest.fixture(scope="module")
 def api(demo_engine) -> Iterator[openai.OpenAI]:
     with serve_in_thread(create_app(demo_engine)) as url:

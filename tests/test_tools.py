@@ -271,3 +271,46 @@ def test_a_functions_own_defs_still_resolve_inside_the_call_schema() -> None:
     assert g.valid_prefix(ids(call)) == len(call)
     bad = '<tool_call>\n{"name":"move","arguments":{"to":{"x":"three"}}}'
     assert g.valid_prefix(ids(bad)) < bad.index("three")
+
+
+def test_a_property_named_definitions_and_a_recursive_root_ref_keep_their_meaning() -> None:
+    """Hoisting a function's `$defs` dropped every key named `definitions` or `$defs` (a property
+    too), and "#" pointed at the calls' schema around it (the model was made to nest calls)."""
+    tree = {
+        "type": "function",
+        "function": {
+            "name": "tree",
+            "parameters": {
+                "$defs": {"Lang": {"enum": ["en", "fr"]}},
+                "type": "object",
+                "properties": {
+                    "lang": {"$ref": "#/$defs/Lang"},
+                    "definitions": {"type": "string"},
+                    "child": {"anyOf": [{"type": "null"}, {"$ref": "#"}]},
+                },
+                "required": ["lang", "definitions", "child"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    g = grammar([tree, WEATHER], "required")
+    args = '{"lang":"en","definitions":"a","child":{"lang":"fr","definitions":"b","child":null}}'
+    call = f'<tool_call>\n{{"name":"tree","arguments":{args}}}\n</tool_call>'
+    assert g.valid_prefix(ids(call)) == len(call)
+    nested_call = '<tool_call>\n{"name":"tree","arguments":{"lang":"en","definitions":"a","child":{"name"'
+    assert g.valid_prefix(ids(nested_call)) < len(nested_call)
+    bad = '<tool_call>\n{"name":"tree","arguments":{"lang":"de"'
+    assert g.valid_prefix(ids(bad)) == bad.index("de")  # "en" or "fr" only
+
+
+def test_parameters_llguidance_cannot_use_are_refused_by_tools_naming_the_function() -> None:
+    bad = {"type": "function", "function": {"name": "g", "parameters": {"properties": {"a": {"type": "foo"}}}}}
+    with pytest.raises(EdgespecError, match=r"tools\[1\] \(g\): parameters JSON schema cannot be used: .*foo"):
+        make_toolset([WEATHER, bad], "auto", CHATML)
+
+
+@pytest.mark.parametrize("call", ["f", {"function": "f"}, None])
+def test_a_history_call_of_the_wrong_shape_is_one_error(call: object) -> None:
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    with pytest.raises(EdgespecError, match="tool_calls must be"):
+        render_history(history, "hermes")

@@ -3,12 +3,14 @@ failure is one EdgespecError line that names the option and its range."""
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..core import defaults
 from ..core.errors import EdgespecError, require_integer, require_number
+from ..core.grammar import compile_grammar
 from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
+from ..core.tools import ToolSet
 
 CLOSED = "this engine is closed; load a new one"
 
@@ -71,3 +73,19 @@ def check_options(
     make_penalties(presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, None, 1)
     params = SamplingParams(temperature, top_k, top_p, min_p, seed)
     check_params(params, 1 if max_tokens is None else max_tokens, k)
+
+
+def check_structured_output(json_schema: Any = None, grammar: Any = None, tools: Any = None) -> str | None:
+    """What a request's structured output compiles to (llguidance's form; None: unconstrained):
+    a JSON schema (a dict, JSON text, a Pydantic model class, or True for any JSON object), a Lark
+    grammar, or the calls of `tools` (a ToolSet from `Engine.tools`). Anything that cannot be
+    used is one EdgespecError with llguidance's reason: a server calls it before a request queues."""
+    if tools is not None:
+        if not isinstance(tools, ToolSet):
+            raise EdgespecError(f"tools must be a ToolSet from Engine.tools(...), not {type(tools).__name__}")
+        if json_schema is not None or grammar is not None:
+            raise EdgespecError("tools cannot be combined with a JSON schema or a grammar")
+        grammar = tools.grammar()
+    if json_schema is None and grammar is None:
+        return None
+    return compile_grammar(json_schema=json_schema, lark=grammar)

@@ -27,7 +27,7 @@ from ..core.decoder import Decoder
 from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
-from ..core.grammar import Grammar, compile_grammar
+from ..core.grammar import Grammar
 from ..core.info import EngineInfo, LiveVerdict
 from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
@@ -38,7 +38,7 @@ from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
 from ..llama.rpc import parse_endpoints
-from .checks import Closed, check_k, check_params
+from .checks import Closed, check_k, check_params, check_structured_output
 from .generation import Generation
 from .prompts import Prompt, Prompts
 
@@ -245,18 +245,15 @@ class Engine:
         logprobs: int | None = None,
         json_schema: Any = None,
         grammar: str | None = None,
-        tools: ToolSet | None = None,
+        tools: ToolSet | list | None = None,
     ) -> Generation:
         """Start a generation; iterate the returned handle for events, `cancel()` it to stop.
         `logprobs=N`: each event carries the target's log probability of its tokens and of
         the N most likely alternatives (0..20; None: none, and no cost). `json_schema` (a
         dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output.
-        `tools` (from `Engine.tools`) offers functions: `tools.parser()` reads the calls."""
-        if tools is not None:
-            if json_schema or grammar:
-                raise EdgespecError("tools cannot be combined with a JSON schema or a grammar")
-            grammar = tools.grammar()
-        compiled = compile_grammar(json_schema=json_schema, lark=grammar) if json_schema or grammar else None
+        `tools` (from `Engine.tools`, or OpenAI's list) offers functions: `tools.parser()` reads the calls."""
+        tools = self.tools(tools) if isinstance(tools, list) else tools  # OpenAI's list as it is
+        compiled = check_structured_output(json_schema, grammar, tools)
         pen = make_penalties(
             presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
         )
@@ -374,6 +371,8 @@ class Engine:
     def generate(self, prompt: Prompt, **options: Any) -> Result:
         """Run a whole generation (`stream`'s options) and return its text, tokens and stats
         (with `tools`: the calls in `tool_calls`, the rest of the answer in `text`)."""
+        if isinstance(options.get("tools"), list):  # OpenAI's list as it is
+            options["tools"] = self.tools(options["tools"])
         parts: list[str] = []
         tokens: list[int] = []
         event = None

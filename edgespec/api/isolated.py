@@ -44,7 +44,7 @@ from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 from ..llama.loading import LoadOptions
 from . import engine as _engine
-from .checks import check_params
+from .checks import check_params, check_structured_output
 from .child import ChildSpec
 from .engine import Engine, Prompt
 from .generation import Generation
@@ -234,6 +234,12 @@ class IsolatedEngine(Engine):
         raw = opts.pop("raw")
         params = SamplingParams(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
         check_params(params, opts["max_tokens"], opts["k"])
+        if isinstance(opts["tools"], list):  # OpenAI's list as it is
+            opts["tools"] = self.tools(opts["tools"])
+        schema = opts["json_schema"]
+        if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+            opts["json_schema"] = schema.model_json_schema()  # data, for the child (which may not import it)
+        check_structured_output(opts["json_schema"], opts["grammar"], opts["tools"])  # here, not in the child
         tokens = self.tokenize(prompt, raw=raw, tools=opts["tools"])
         return _Remote(self, tokens, opts)
 

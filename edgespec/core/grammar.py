@@ -41,8 +41,15 @@ def compile_grammar(*, json_schema: Any = None, lark: str | None = None, regex: 
         text = _schema_text(json_schema)
         # compact JSON (no runs of whitespace between items): what clients expect, and a small
         # model cannot pad its answer with newlines until max_tokens runs out
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
+        except ValueError as err:
+            raise EdgespecError(f"the JSON schema cannot be used: {_reason(str(err))}") from None
         return _checked(grammar, "JSON schema")
+    for name, value in (("grammar", lark), ("regex", regex)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            shown = f"{type(value).__name__} {str(value)[:40]!r}"
+            raise EdgespecError(f"{name} must be a non-empty string (got {shown})")
     if lark is not None:
         if len(lark) > MAX_SCHEMA_CHARS:
             raise EdgespecError(f"the grammar is {len(lark)} characters; the limit is {MAX_SCHEMA_CHARS}")
@@ -52,24 +59,38 @@ def compile_grammar(*, json_schema: Any = None, lark: str | None = None, regex: 
 
 
 def _schema_text(schema: Any) -> str:
+    """The schema as JSON text: a dict, JSON text, a Pydantic model class (its
+    `model_json_schema()`), or True for JSON mode (any JSON object)."""
     if schema is True:
         schema = {"type": "object"}  # JSON mode: any JSON object
-    text = schema if isinstance(schema, str) else json.dumps(schema)
+    elif isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    try:
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        value = json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise EdgespecError(f"the JSON schema is not valid JSON ({err}); fix it and retry") from None
+    if value is True:  # JSON Schema's `true`: any JSON value
+        text = "{}"
+    elif not isinstance(value, dict):
+        raise EdgespecError(f"a JSON schema is an object (a dict), not {type(value).__name__}: {text[:40]}")
     if len(text) > MAX_SCHEMA_CHARS:
         raise EdgespecError(f"the JSON schema is {len(text)} characters; the limit is {MAX_SCHEMA_CHARS}")
-    try:
-        json.loads(text)
-    except ValueError as err:
-        raise EdgespecError(f"the JSON schema is not valid JSON ({err}); fix it and retry") from None
     return text
 
 
 def _checked(grammar: str, what: str) -> str:
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else "invalid"
-        raise EdgespecError(f"the {what} cannot be used: {first[:300]}")
+        raise EdgespecError(f"the {what} cannot be used: {_reason(str(error))}")
     return grammar
+
+
+def _reason(error: str) -> str:
+    """llguidance's reason on one line: a regex error's text comes on several ("regex parse
+    error:", the pattern, a caret line, "error: look-around ... is not supported")."""
+    lines = [ln.strip() for ln in error.splitlines() if any(c.isalnum() for c in ln)]
+    return " ".join(lines)[:300] or "invalid"
 
 
 class Grammar:

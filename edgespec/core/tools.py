@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import EdgespecError
+from .grammar import compile_grammar
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -162,26 +163,22 @@ def _lark(text: str) -> str:
 
 
 def _hoist_defs(schema: dict[str, Any], i: int, defs: dict[str, Any]) -> dict[str, Any]:
-    """`schema` with its own `$defs` / `definitions` moved into the combined schema's `$defs`
-    (as f{i}_NAME) and its local `$ref`s rewritten: nested in the call's schema, a
-    "#/$defs/X" would point at the wrong root (Pydantic's schemas use them routinely)."""
-    own = {**schema.get("definitions", {}), **schema.get("$defs", {})}
-    if not own:
-        return schema
+    """A reference to `schema`, which moves whole into the combined schema's `$defs` as f{i}, its
+    local `$ref`s rewritten to point into it: nested in the call's schema, "#/$defs/X" (Pydantic's
+    schemas use them routinely) or "#" (a recursive tree) would resolve against the wrong root."""
+    root = f"#/$defs/f{i}"
 
     def fix(node: Any) -> Any:
         if isinstance(node, dict):
-            out = {k: fix(v) for k, v in node.items() if k not in ("$defs", "definitions")}
+            out = {k: fix(v) for k, v in node.items()}
             ref = node.get("$ref")
-            for prefix in ("#/$defs/", "#/definitions/"):
-                if isinstance(ref, str) and ref.startswith(prefix):
-                    out["$ref"] = f"#/$defs/f{i}_{ref[len(prefix) :]}"
+            if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+                out["$ref"] = root + ref[1:]
             return out
         return [fix(x) for x in node] if isinstance(node, list) else node
 
-    for name, sub in own.items():
-        defs[f"f{i}_{name}"] = fix(sub)
-    return dict(fix(schema))
+    defs[f"f{i}"] = fix(schema)
+    return {"$ref": root}
 
 
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -233,6 +230,10 @@ def _function(i: int, tool: Any) -> Function:
     params = spec.get("parameters") or {}
     if not isinstance(params, dict) or params.get("type", "object") != "object":
         raise EdgespecError(f"tools[{i}] ({name}): parameters must be a JSON schema of an object")
+    try:  # alone, so that a reason names the user's schema, not the calls' grammar around it
+        compile_grammar(json_schema=params or True)
+    except EdgespecError as err:
+        raise EdgespecError(f"tools[{i}] ({name}): parameters {str(err).removeprefix('the ')}") from None
     description = spec.get("description") or ""
     if not isinstance(description, str):
         raise EdgespecError(f"tools[{i}] ({name}): the description must be a string")
@@ -269,8 +270,12 @@ def render_history(messages: Sequence[Mapping[str, Any]], layout: str) -> list[d
     return [{k: v for k, v in m.items() if k != "_results"} for m in out]
 
 
-def _call_for_template(call: Mapping[str, Any]) -> dict[str, Any]:
-    fn = call.get("function") or {}
+def _call_for_template(call: Any) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping):
+        raise EdgespecError(
+            'a message\'s tool_calls must be {"id": ..., "type": "function", "function": {"name": ...}}'
+        )
     args: Any = fn.get("arguments", "{}")
     if isinstance(args, str):
         try:

@@ -30,7 +30,16 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from edgespec import ContextFullError, EdgespecError, Engine, EngineCrashed, StreamEvent, ToolSet, defaults
+from edgespec import (
+    ContextFullError,
+    EdgespecError,
+    Engine,
+    EngineCrashed,
+    StreamEvent,
+    ToolSet,
+    check_structured_output,
+    defaults,
+)
 
 from .fields import UNPARSABLE, ChatRequest, CompletionRequest, Sampling, explain, not_utf8
 from .guard import Guard, allowed_host_names, check_bind, error_body
@@ -186,8 +195,10 @@ def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
         )
 
 
-def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None) -> list[int]:
-    """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None, schema: Any) -> list[int]:
+    """The prompt's tokens, checked against the context, and the output's schema or tools checked
+    (runs beside the generation in progress: a 400 never waits for the queue)."""
+    check_structured_output(json_schema=schema, tools=tools)
     tokens = engine.tokenize(prompt, raw=raw, tools=tools)
     if len(tokens) >= engine.n_ctx:
         raise ContextFullError(
@@ -214,7 +225,7 @@ async def _complete(
         opts["tools"] = tools
     queue.check_room()  # a 503 costs no tokenizing
     _check_prompt_size(prompt, engine.n_ctx)
-    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools))
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools, opts.get("json_schema")))
     job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
