@@ -3,6 +3,7 @@ one request with `EngineCrashed`, restart the child, and leave this process alon
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -229,3 +230,40 @@ def test_serve_and_chat_run_the_engine_isolated_unless_told_otherwise() -> None:
 def test_a_child_that_dies_while_loading_is_an_error_at_load_time() -> None:
     with pytest.raises(EngineCrashed, match="while loading the models.*SIGABRT"):
         IsolatedEngine(ChildSpec(factory="os:abort"))
+
+
+def test_a_script_that_ends_without_closing_its_engine_ends_quietly() -> None:
+    """multiprocessing's exit handler killed the child, which read as a crash: "the engine
+    process died (killed by SIGTERM); restarting it", a child started during shutdown, a traceback."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; logging.basicConfig()\n"
+        "from tests.test_isolated import isolated\n"
+        "e = isolated()\n"
+        "print(e.generate('t5 t6', max_tokens=3, temperature=0).text, flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip()
+    assert done.stderr == "", done.stderr
+
+
+def test_a_call_the_child_never_answers_restarts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped child answered nothing for 120 s per call, and stayed "ok" afterwards."""
+    monkeypatch.setattr("edgespec.api.isolated.CALL_TIMEOUT_S", 0.5)
+    with isolated() as engine:
+        stuck = engine.pid
+        assert stuck is not None
+        os.kill(stuck, signal.SIGSTOP)
+        try:
+            with pytest.raises(EngineCrashed, match=r"did not answer \(tokenize\) within 0.5 s; it is being restarted"):
+                engine.tokenize("t5", raw=True)
+            t0 = time.monotonic()
+            while engine.pid == stuck or engine.state != "ok":
+                assert time.monotonic() - t0 < 30, f"still {engine.state}, process {engine.pid}"
+                time.sleep(0.02)
+            assert engine.tokenize("t5", raw=True)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stuck, signal.SIGCONT)

@@ -99,3 +99,65 @@ def test_the_relay_passes_every_byte_and_adds_its_round_trip(rtt_ms: float) -> N
     assert got == payload
     assert elapsed >= rtt_ms / 1000 * 0.95
     assert elapsed < rtt_ms / 1000 + 2.0  # latency, not a bandwidth cap
+
+
+def fake_rpc_server(answer: bytes | None) -> tuple[socket.socket, int, list[bytes]]:
+    """A listener that reads one hello and sends `answer` (None: nothing, as a busy rpc-server or
+    another service does); what it read is appended to the list."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    heard: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            heard.append(conn.recv(1 + 8 + 24))
+            if answer is not None:
+                conn.sendall(answer)
+            time.sleep(2)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, int(srv.getsockname()[1]), heard
+
+
+HELLO_OK = (4 + 24).to_bytes(8, "little") + bytes([7, 0, 0, 0]) + bytes(24)
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (None, "did not answer in 0.5 s: an rpc-server serves one client at a time"),
+        (b"HTTP/1.0 400 Bad request\r\n\r\n", "answered, but not as llama.cpp's rpc-server does"),
+        ((4 + 24).to_bytes(8, "little") + bytes([3, 1, 0, 0]) + bytes(24), "protocol 3.1.0, this build 7.x"),
+    ],
+)
+def test_a_server_that_cannot_serve_us_is_one_line_not_a_hang(monkeypatch, answer: bytes | None, says: str) -> None:
+    """llama.cpp's client waits for the hello's answer with no timeout: a busy rpc-server (it serves
+    one client at a time) or an HTTP server on the port hung `run` and `serve` with no word."""
+    monkeypatch.setattr("edgespec.llama.rpc.HELLO_TIMEOUT_S", 0.5)
+    srv, port, heard = fake_rpc_server(answer)
+    with srv, pytest.raises(ConfigError, match=says.replace(".", r"\.").replace("(", r"\(")):
+        check_reachable([f"127.0.0.1:{port}"])
+    assert heard and heard[0][0] == 14 and heard[0][1:9] == (24).to_bytes(8, "little")  # ggml-rpc's HELLO
+
+
+def test_a_server_that_says_hello_passes_and_one_named_twice_is_refused() -> None:
+    srv, port, heard = fake_rpc_server(HELLO_OK)
+    with srv:
+        check_reachable([f"127.0.0.1:{port}"])
+    srv, port, _ = fake_rpc_server(HELLO_OK)
+    with srv, pytest.raises(ConfigError, match="are the same RPC server; name it once"):
+        check_reachable([f"127.0.0.1:{port}", f"localhost:{port}"])
+    srv, port, heard = fake_rpc_server(None)
+    with srv:  # one this process already uses is busy with us: connected to, not greeted
+        check_reachable([f"127.0.0.1:{port}"], known=[f"127.0.0.1:{port}"])
+
+
+@pytest.mark.parametrize(
+    ("args", "says"), [(["--port", "70000"], "--port must be 1..65535"), (["--host", ""], "--host is empty")]
+)
+def test_rpc_server_options_out_of_range_are_one_line(args: list[str], says: str) -> None:
+    rc, _, err, elapsed = run_cli("rpc-server", *args)  # --port 70000 was a traceback
+    assert_one_line_error(rc, err, elapsed)
+    assert says in err

@@ -437,3 +437,25 @@ def test_a_schema_that_cannot_be_used_is_a_400_without_waiting_for_the_queue(ext
         finally:
             engine.target.gate.set()
             first.join(10)
+
+
+def test_a_slow_tools_call_holds_no_other_request() -> None:
+    """An isolated engine's `tools` is a round trip to its process; called on the event loop, a
+    stuck engine froze every endpoint, /health included, for 120 s a request."""
+
+    class SlowTools(RecordingEngine):
+        def tools(self, *args, **kw):
+            time.sleep(1.5)
+            return super().tools(*args, **kw)
+
+    engine = SlowTools(SlowModel(64, n_ctx=512), FakeModel(64, noise=0.5, n_ctx=512), name="fake")
+    weather = {"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}
+    with serve_in_thread(create_app(engine)) as url:
+        body = {"messages": CHAT, "max_tokens": 2, "tools": [weather]}
+        asking = threading.Thread(target=lambda: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10))
+        asking.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+        assert time.monotonic() - t0 < 0.5
+        asking.join(10)

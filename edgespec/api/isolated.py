@@ -25,16 +25,19 @@ until the stream ends or is closed, as in process.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import itertools
 import logging
 import math
+import multiprocessing.util
 import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from weakref import WeakSet
 
 from ..core import errors
 from ..core.errors import EdgespecError, EngineCrashed
@@ -90,6 +93,7 @@ class IsolatedEngine(Engine):
         self.warnings: list[str] = []
         self._child = self._start()
         self._state = "ok"
+        _OPEN.add(self)
 
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, **options: Any) -> Engine:
@@ -125,6 +129,8 @@ class IsolatedEngine(Engine):
         """Runs on the dead child's reader thread: start a new child, a few times at most."""
         if self._closed or child is not getattr(self, "_child", None):
             return  # a death while loading is _start's to report
+        if multiprocessing.util._exiting:  # type: ignore[attr-defined]
+            return  # the interpreter is ending and multiprocessing stops its children: not a crash
         self._state = "restarting"
         log.error("the engine process died (%s); restarting it", cause)
         for attempt in range(self._restarts):
@@ -179,7 +185,12 @@ class IsolatedEngine(Engine):
             try:
                 kind, _, *rest = q.get(timeout=CALL_TIMEOUT_S)
             except queue.Empty:
-                raise EngineCrashed(f"the engine did not answer ({method}) within {CALL_TIMEOUT_S:g} s") from None
+                # a live child answers in milliseconds: this one is stuck, and another would be
+                child.kill(f"it did not answer {method} within {CALL_TIMEOUT_S:g} s")
+                raise EngineCrashed(
+                    f"the engine did not answer ({method}) within {CALL_TIMEOUT_S:g} s; it is being restarted",
+                    self.retry_after,
+                ) from None
         finally:
             child.forget(cid)
         if kind == "crashed":
@@ -301,6 +312,17 @@ def _spawn(target: str | Path, draft: str | Path | None, options: LoadOptions) -
 
 
 _engine._isolate = _spawn  # what Engine.load(isolated=True) and Engine.from_pair(isolated=True) call
+_OPEN: WeakSet[IsolatedEngine] = WeakSet()
+
+
+@atexit.register  # after multiprocessing's own handler is registered, so it runs before it
+def _close_open_engines() -> None:
+    """A script that ends without `close()` ends its children quietly (multiprocessing's exit
+    handler killed them, which read as a crash: a restart begun during shutdown, a traceback)."""
+    for engine in list(_OPEN):
+        if not engine._closed:  # not close(): a stream left open elsewhere would hold its lock
+            engine._closed = True
+            engine._child.close()
 
 
 def _error(name: str, message: str) -> EdgespecError:

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
-    if args.host not in LOOPBACK:
+    if args.host and args.host not in LOOPBACK:
         print(
             f"edgespec: warning: rpc-server on {args.host} has no authentication: anyone who can reach port "
             f"{args.port} can use this machine's memory and compute. Use it only on a network you control.",
@@ -39,6 +39,9 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
         )
     thread = serve_rpc(args.host, args.port, args.threads)  # an EdgespecError: one line, exit 2
     names = ", ".join(served_devices())
+    thread.join(0.5)  # a server that cannot start ends at once: no "serving" line before its failure
+    if not thread.is_alive():
+        raise EdgespecError(f"llama.cpp's RPC server stopped at once (is {args.host}:{args.port} free?)")
     print(f"rpc-server: serving {names} at {args.host}:{args.port}; Ctrl-C stops it", flush=True)
     try:
         while thread.is_alive():

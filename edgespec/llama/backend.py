@@ -28,6 +28,7 @@ import numpy as np
 from ..core import defaults
 from ..core.errors import BackendError, ModelFileError
 from ..core.sampling import Rows
+from . import native_log  # (it also turns ggml's gdb backtrace before an abort off)
 from .config import default_threads
 from .ggml_types import QUANTIZE_FTYPES
 from .native_abi import (
@@ -48,28 +49,12 @@ _init_lock = threading.Lock()
 _initialised = False
 _gpu_warned = False
 
-# ggml log levels -> logging levels (5 = continue previous line)
-_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_last_level, _first_error = logging.DEBUG, [""]  # the second: the first error line since a load began
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    global _last_level
-    _last_level = lvl = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)  # 5: a line goes on
-    # all to DEBUG (--verbose): warnings are chatty on load, and an error's first line is the
-    # reason our own one-line error gives (a failed load's, from _first_error)
-    msg = text.decode("utf-8", "replace").rstrip("\n")
-    if msg:
-        _first_error[0] = _first_error[0] or (msg.strip() if lvl >= logging.ERROR else "")
-        log.debug("%s", msg)
-
 
 def _init() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
-            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_log_set(native_log.log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialised = True
 
@@ -125,10 +110,18 @@ class LlamaModel:
         # Weights repacked as llama.cpp's tools do (a Q4_0 model's 16-token verify 25-40% faster on
         # AVX2), but not with AMX: this llama.cpp's AMX matmul segfaults on batches of over one token.
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
-        _first_error[0] = ""
+        native_log.begin_load()
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        try:
+            native_log.raise_if_interrupted()  # a Ctrl-C during the load, which ctypes kept from us
+        except KeyboardInterrupt:
+            self.close()
+            raise
         if not self._model:
-            why = _first_error[0].partition("error loading model: ")[2] or "check it is a complete GGUF model file"
+            why = (
+                native_log.first_error().partition("error loading model: ")[2]
+                or "check it is a complete GGUF model file"
+            )
             raise ModelFileError(f"llama.cpp could not load {self.path}: {why[:200]}")
         self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()
@@ -355,6 +348,12 @@ def rpc_devices(endpoint: str) -> list[int]:
                 int(lib.ggml_backend_reg_dev_get(reg, i)) for i in range(lib.ggml_backend_reg_dev_count(reg))
             ]
         return list(_rpc_registered[endpoint])
+
+
+def rpc_endpoints() -> list[str]:
+    """The RPC servers this process has registered (their connections may be open)."""
+    with _rpc_lock:
+        return list(_rpc_registered)
 
 
 def device_memory(device: int) -> tuple[int, int]:

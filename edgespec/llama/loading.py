@@ -84,7 +84,9 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     t_layers = o.n_gpu_layers or (ALL_LAYERS if o.rpc else 0)
     if o.rpc:
         draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
-        check_reachable(o.rpc)
+        from . import backend  # (which endpoints this process already uses: only those skip the hello)
+
+        check_reachable(o.rpc, known=backend.rpc_endpoints())
     memory_preflight(t_info, d_info, o.n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 
     from . import backend  # native code only after every check passed

@@ -142,7 +142,11 @@ def create_app(
     @app.post("/v1/chat/completions", responses=COMPLETION_RESPONSES)
     async def chat_completions(body: ChatRequest, request: Request) -> Response:
         messages = [m.for_template() for m in body.messages]
-        tools = engine.tools(body.tools, body.tool_choice, parallel=body.parallel_tool_calls is True)
+        tools = None
+        if body.tools or body.tool_choice not in (None, "auto", "none"):  # an isolated engine's is a round trip:
+            tools = await queue.prepare(  # off the event loop, so a stuck engine holds no other request
+                lambda: engine.tools(body.tools, body.tool_choice, parallel=body.parallel_tool_calls is True)
+            )
         if tools is not None and body.response_format and body.engine_json_schema() is not None:
             raise EdgespecError("tools cannot be combined with a JSON response_format; send one of them")
         fmt = ChatFormat(engine.name, engine.piece, tools)

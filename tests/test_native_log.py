@@ -1,0 +1,37 @@
+"""llama.cpp's log callback: a Ctrl-C that lands in it is kept for the caller (ctypes drops what a
+callback raises, and `edgespec run` went on to load and answer), and ggml's abort backtrace is off."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from edgespec.llama import native_log
+
+
+def test_a_ctrl_c_inside_the_callback_is_raised_once_the_native_call_returns(monkeypatch) -> None:
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    native_log.begin_load()
+    monkeypatch.setattr(native_log.log, "debug", interrupted)
+    native_log.log_callback(4, b"llama_model_load: loading tensors\n", None)  # through ctypes, as llama.cpp calls it
+    with pytest.raises(KeyboardInterrupt):
+        native_log.raise_if_interrupted()
+    native_log.raise_if_interrupted()  # once only
+    native_log.log_callback(4, b"x\n", None)
+    native_log.begin_load()  # kept from a call nobody checked: not the next load's
+    native_log.raise_if_interrupted()
+
+
+def test_the_first_error_line_of_a_load_is_kept() -> None:
+    native_log.begin_load()
+    native_log.log_callback(3, b"a warning\n", None)
+    native_log.log_callback(4, b"llama_model_load: error loading model: bad tensor\n", None)
+    native_log.log_callback(4, b"a later error\n", None)
+    assert native_log.first_error() == "llama_model_load: error loading model: bad tensor"
+
+
+def test_ggmls_gdb_backtrace_before_an_abort_is_off() -> None:
+    assert os.environ.get("GGML_NO_BACKTRACE") or os.environ.get("EDGESPEC_NATIVE_BACKTRACE")
