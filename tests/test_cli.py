@@ -178,3 +178,20 @@ def test_threads_out_of_ggmls_range_are_one_line_before_any_file_is_read(threads
     assert cli.main(["run", "--target", "/no/such.gguf", "--threads", threads, "--max-tokens", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"edgespec: error: threads must be 1..512, got {threads} (leave it out for the physical cores)"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["models", "list", "demo"], "models list takes no names"),
+        (["run", "--target", "/no/such.gguf", "--n-ctx", "0"], "n_ctx must be at least 64 tokens (got 0)"),
+        (["run", "--pair", "demo", "--n-ctx", "16"], "n_ctx must be at least 64 tokens (got 16)"),
+    ],
+)
+def test_options_a_user_gets_wrong_are_one_line(args: list[str], says: str, capsys) -> None:
+    """`--n-ctx 0` with --target became 4096 while --pair refused it; `models list demo` ignored demo."""
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"edgespec: error: {says}"
+        + ("" if "models" not in args else " (to prepare pairs: edgespec models prepare demo)")
+    ]

@@ -119,6 +119,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             target, draft = prepare_pair(cfg, name)
             print(f"{name}: target {target}" + (f", draft {draft}" if draft else ""))
         return 0
+    if args.names:
+        raise EdgespecError(f"models list takes no names (to prepare pairs: edgespec models prepare {args.names[0]})")
     print(f"# {cfg.source}")
     for m in cfg.models.values():
         src = str(m.path) if m.path else m.wheel or f"{m.derive} -> {m.quantize}"

@@ -122,7 +122,7 @@ def engine_from_args(
         return Engine.load(
             args.target,
             None if args.no_spec else args.draft,
-            n_ctx=args.n_ctx or defaults.N_CTX,
+            n_ctx=defaults.N_CTX if args.n_ctx is None else args.n_ctx,
             n_gpu_layers=args.n_gpu_layers or 0,
             draft_n_gpu_layers=args.draft_n_gpu_layers,
             threads=args.threads,

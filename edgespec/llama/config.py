@@ -24,6 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 QUANT_TYPES = tuple(QUANTIZE_FTYPES)
+MIN_N_CTX = 64  # a chat template and a few turns; below it llama.cpp rounds up to 256 anyway
 MAX_THREADS = 512  # ggml's GGML_MAX_N_THREADS: more overruns its thread arrays (a segfault)
 LOOKUP_ONLY = "lookup"  # `draft = "lookup"`: a pair with no draft model, drafting by prompt lookup
 
@@ -229,8 +230,8 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
     if p_min is not None and not 0 <= p_min <= 1:
         raise ConfigError(f"{where}.p_min must be between 0 and 1")
     n_ctx = _get(t, "n_ctx", int, where, defaults.N_CTX)
-    if n_ctx < 64:
-        raise ConfigError(f"{where}.n_ctx must be at least 64")
+    if n_ctx < MIN_N_CTX:
+        raise ConfigError(f"{where}.n_ctx must be at least {MIN_N_CTX}")
     return PairEntry(
         name,
         t["target"],

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import defaults
+from ..core.errors import ConfigError
 from ..core.info import EngineInfo, GpuOffload
-from .config import check_threads, load_config
+from .config import MIN_N_CTX, check_threads, load_config
 from .gguf_file import describe, read_gguf
 from .pair import (
     QuantReport,
@@ -54,8 +55,10 @@ class LoadOptions:
     rpc: tuple[str, ...] = ()  # rpc-servers ("host:port") for the target's layers; the draft stays here
     heads: bool = True  # rows as their top-k from a GPU's backend where sampling allows (Engine(heads=...))
 
-    def __post_init__(self) -> None:
-        check_threads(self.threads)  # before a child is started or a file read
+    def __post_init__(self) -> None:  # before a child is started or a file read
+        check_threads(self.threads)
+        if not isinstance(self.n_ctx, int) or isinstance(self.n_ctx, bool) or self.n_ctx < MIN_N_CTX:
+            raise ConfigError(f"n_ctx must be at least {MIN_N_CTX} tokens (got {self.n_ctx!r})")
 
 
 @dataclass
@@ -87,7 +90,8 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
         from . import backend  # (which endpoints this process already uses: only those skip the hello)
 
         check_reachable(o.rpc, known=backend.rpc_endpoints())
-    memory_preflight(t_info, d_info, o.n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
+    n_ctx = min(o.n_ctx, t_info.context_length or o.n_ctx)  # llama.cpp makes no larger a context
+    memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 
     from . import backend  # native code only after every check passed
 
@@ -95,7 +99,7 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     remote = [d for devices in servers.values() for d in devices] or None
     if remote is not None:
         free = {e: sum(backend.device_memory(d)[0] for d in devices) for e, devices in servers.items()}
-        remote_memory_check(t_info, o.n_ctx, t_layers, free)
+        remote_memory_check(t_info, n_ctx, t_layers, free)
     note = backend.gpu_fallback_warning(max(0 if o.rpc else t_layers, draft_layers))
     if note:
         warnings.append(note)
@@ -139,7 +143,6 @@ def pair_files(
 
     cfg = load_config(config)
     pair = cfg.pair(name)
-    target, draft = prepare_pair(cfg, name, **({"progress": progress} if progress else {}))
     t_entry = cfg.model(pair.target)
     d_entry = cfg.model(pair.draft) if pair.draft else None
     options = LoadOptions(
@@ -160,4 +163,6 @@ def pair_files(
     if overrides.get("rpc"):
         overrides["rpc"] = parse_endpoints(overrides["rpc"])
     options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    # checked (LoadOptions' own checks) before minutes of downloading or quantizing
+    target, draft = prepare_pair(cfg, name, **({"progress": progress} if progress else {}))
     return target, draft, options

