@@ -98,6 +98,7 @@ def test_json_mode_accepts_any_object() -> None:
         ({"grammar": {"a": 1}}, "grammar must be a non-empty string"),
         ({"grammar": ""}, "grammar must be a non-empty string"),
         ({"json_schema": {"type": "string", "pattern": "(?=x)"}}, "look-around, including look-ahead"),
+        ({"json_schema": "[" * 5000 + "]" * 5000}, "nested too deeply"),
     ],
 )
 def test_schemas_and_grammars_that_cannot_be_used_are_one_line_with_the_reason(kwargs: dict, says: str) -> None:

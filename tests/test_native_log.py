@@ -3,7 +3,7 @@ callback raises, and `edgespec run` went on to load and answer), and ggml's abor
 
 from __future__ import annotations
 
-import os
+import ctypes
 
 import pytest
 
@@ -33,5 +33,14 @@ def test_the_first_error_line_of_a_load_is_kept() -> None:
     assert native_log.first_error() == "llama_model_load: error loading model: bad tensor"
 
 
-def test_ggmls_gdb_backtrace_before_an_abort_is_off() -> None:
-    assert os.environ.get("GGML_NO_BACKTRACE") or os.environ.get("EDGESPEC_NATIVE_BACKTRACE")
+def test_ggmls_gdb_backtrace_before_an_abort_is_off_where_native_code_reads_it(monkeypatch) -> None:
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    monkeypatch.delenv("GGML_NO_BACKTRACE", raising=False)
+    monkeypatch.setenv("EDGESPEC_NATIVE_BACKTRACE", "0")
+    native_log.quiet_aborts()
+    assert libc.getenv(b"GGML_NO_BACKTRACE") == b"1"  # what ggml_print_backtrace reads (C's environment)
+    monkeypatch.delenv("GGML_NO_BACKTRACE")
+    monkeypatch.setenv("EDGESPEC_NATIVE_BACKTRACE", "1")
+    native_log.quiet_aborts()
+    assert libc.getenv(b"GGML_NO_BACKTRACE") is None

@@ -80,3 +80,36 @@ def test_a_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
     assert state(cfg, cfg.model("d")) == "missing"
     with pytest.raises(ModelFileError, match="is a folder"):
         prepare(cfg, "d")
+
+
+def test_a_derived_model_whose_source_was_deleted_is_used_as_it_was_made(tmp_path: Path) -> None:
+    source = tmp_path / "src.gguf"
+    source.write_bytes(small_model())
+    cfg = load_config(_config(tmp_path, source, "Q8_0"))
+    made = cfg.model("small").location()
+    made.parent.mkdir(parents=True)
+    made.write_bytes(small_model())  # as if quantized from it earlier
+    prepare(cfg, "small", progress=lambda _: None)  # records its recipe
+    source.unlink()  # the big original deleted to save the disk
+    assert state(cfg, cfg.model("small")) == "ready"
+    assert prepare(cfg, "small", progress=lambda _: None) == made
+
+
+def test_one_source_named_through_another_path_is_the_same_recipe(tmp_path: Path, monkeypatch) -> None:
+    """Found as ./models.toml (a relative path) or by its absolute path, a relative `path` names
+    one file: the derived model is not made again for the difference."""
+    source = tmp_path / "src.gguf"
+    source.write_bytes(small_model())
+    (tmp_path / "models.toml").write_text(
+        '[models.src]\npath = "src.gguf"\n[models.small]\nderive = "src"\nquantize = "Q8_0"\n'
+    )
+    monkeypatch.setenv("EDGESPEC_CONFIG", "")
+    monkeypatch.chdir(tmp_path)
+    here = load_config()
+    assert here.source == "models.toml"
+    made = here.model("small").location()
+    made.parent.mkdir(parents=True)
+    made.write_bytes(small_model())
+    prepare(here, "small", progress=lambda _: None)
+    named = load_config(tmp_path / "models.toml")
+    assert state(named, named.model("small")) == "ready"

@@ -142,6 +142,11 @@ def test_a_server_that_cannot_serve_us_is_one_line_not_a_hang(monkeypatch, answe
     assert heard and heard[0][0] == 14 and heard[0][1:9] == (24).to_bytes(8, "little")  # ggml-rpc's HELLO
 
 
+def test_a_host_name_that_cannot_be_encoded_is_one_line() -> None:
+    with pytest.raises(ConfigError, match="cannot reach the RPC server at bad..name:50052"):
+        check_reachable(["bad..name:50052"])
+
+
 def test_a_server_that_says_hello_passes_and_one_named_twice_is_refused() -> None:
     srv, port, heard = fake_rpc_server(HELLO_OK)
     with srv:
@@ -155,7 +160,12 @@ def test_a_server_that_says_hello_passes_and_one_named_twice_is_refused() -> Non
 
 
 @pytest.mark.parametrize(
-    ("args", "says"), [(["--port", "70000"], "--port must be 1..65535"), (["--host", ""], "--host is empty")]
+    ("args", "says"),
+    [
+        (["--port", "70000"], "port must be 1..65535"),
+        (["--host", ""], "host is empty"),
+        (["--host", "bad..name"], "cannot resolve 'bad..name'"),
+    ],
 )
 def test_rpc_server_options_out_of_range_are_one_line(args: list[str], says: str) -> None:
     rc, _, err, elapsed = run_cli("rpc-server", *args)  # --port 70000 was a traceback

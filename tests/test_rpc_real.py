@@ -26,3 +26,31 @@ def test_greedy_output_over_rpc_is_the_local_output(demo_engine) -> None:
                 res = remote.generate(PROMPT, temperature=0, max_tokens=48, speculative=bool(spec))
                 assert res.tokens == local[spec]
             assert res.stats.n_accepted > 0
+
+
+def test_the_hello_is_the_one_a_real_rpc_server_answers_and_a_busy_one_is_named() -> None:
+    """ggml-rpc's HELLO as `check_reachable` sends it (its constants read from the pinned
+    llama.cpp): a free rpc-server answers it; one that serves a model of another process does not."""
+    import subprocess
+    import sys
+
+    from edgespec.core.errors import ConfigError
+    from edgespec.llama.rpc import check_reachable
+
+    paths = demo_paths()
+    assert paths is not None
+    with rpc_server(threads=1) as port:
+        check_reachable([f"127.0.0.1:{port}"])
+        code = (
+            "import sys, time\nfrom edgespec import Engine\n"
+            f"e = Engine.load({str(paths[1])!r}, rpc='127.0.0.1:{port}', n_ctx=256)\n"
+            "print('held', flush=True)\ntime.sleep(30)\n"
+        )
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            with pytest.raises(ConfigError, match="serves one client at a time"):
+                check_reachable([f"127.0.0.1:{port}"])
+        finally:
+            holder.kill()
+            holder.wait(10)

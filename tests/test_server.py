@@ -445,7 +445,7 @@ def test_a_slow_tools_call_holds_no_other_request() -> None:
 
     class SlowTools(RecordingEngine):
         def tools(self, *args, **kw):
-            time.sleep(1.5)
+            time.sleep(3)
             return super().tools(*args, **kw)
 
     engine = SlowTools(SlowModel(64, n_ctx=512), FakeModel(64, noise=0.5, n_ctx=512), name="fake")
@@ -457,5 +457,24 @@ def test_a_slow_tools_call_holds_no_other_request() -> None:
         time.sleep(0.3)
         t0 = time.monotonic()
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
-        assert time.monotonic() - t0 < 0.5
+        assert time.monotonic() - t0 < 2  # not behind the 3 s the tools call takes
         asking.join(10)
+
+
+def test_a_bad_schema_is_a_400_even_when_the_queue_is_full() -> None:
+    engine = fake_engine()
+    app = create_app(engine, max_queue=0)  # the one running takes the engine; none may wait
+    queue = app.state.queue
+    engine.target.gate.clear()
+    with serve_in_thread(app) as url:
+        body = {"prompt": "t5", "max_tokens": 3}
+        first = threading.Thread(target=lambda: httpx.post(f"{url}/v1/completions", json=body, timeout=10))
+        first.start()
+        wait_for(lambda: queue.running)
+        try:
+            bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}}
+            r = httpx.post(f"{url}/v1/chat/completions", json={"messages": CHAT, "response_format": bad}, timeout=5)
+            assert r.status_code == 400 and "foo" in r.json()["error"]["message"]
+        finally:
+            engine.target.gate.set()
+            first.join(10)

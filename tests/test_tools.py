@@ -314,3 +314,37 @@ def test_a_history_call_of_the_wrong_shape_is_one_error(call: object) -> None:
     history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
     with pytest.raises(EdgespecError, match="tool_calls must be"):
         render_history(history, "hermes")
+
+
+def test_a_schema_with_its_own_id_works_in_the_call_and_data_is_not_rewritten() -> None:
+    """A root or nested `$id` made the rewritten pointers unresolvable in the calls' grammar: the
+    function passed `tools()` and every generation failed; `const` data that looked like a ref
+    was rewritten."""
+    fn = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "$id": "https://example.com/f",
+                "$defs": {"A": {"enum": ["a", "b"]}},
+                "type": "object",
+                "properties": {
+                    "a": {"$ref": "#/$defs/A"},
+                    "q": {"$id": "https://example.com/q", "$defs": {"Q": {"type": "integer"}}, "$ref": "#/$defs/Q"},
+                    "tag": {"const": {"$ref": "#"}},
+                },
+                "required": ["a", "q", "tag"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    g = grammar([fn], "required")
+    call = '<tool_call>\n{"name":"f","arguments":{"a":"b","q":3,"tag":{"$ref":"#"}}}\n</tool_call>'
+    assert g.valid_prefix(ids(call)) == len(call)
+
+
+def test_a_schema_that_only_fails_inside_the_calls_grammar_is_named_by_tools() -> None:
+    bad = {"type": "function", "function": {"name": "g", "parameters": {"$defs": {"A": {}}, "properties": {
+        "a": {"$ref": "#/definitions/A"}}}}}  # fmt: skip
+    with pytest.raises(EdgespecError, match=r"tools\[0\] \(g\): parameters"):
+        make_toolset([bad], "auto", CHATML)

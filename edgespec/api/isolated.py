@@ -26,6 +26,7 @@ until the stream ends or is closed, as in process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import inspect
 import itertools
 import logging
@@ -91,6 +92,7 @@ class IsolatedEngine(Engine):
         self._failure = ""
         self._load_s = 1.0
         self.warnings: list[str] = []
+        self._pieces: dict[int, bytes] = {}  # the vocabulary's text, as asked for (it never changes)
         self._child = self._start()
         self._state = "ok"
         _OPEN.add(self)
@@ -227,7 +229,10 @@ class IsolatedEngine(Engine):
         return self._call("tools", tools, tool_choice, parallel=parallel)  # type: ignore[no-any-return]
 
     def piece(self, token: int) -> bytes:
-        return self._call("piece", token)  # type: ignore[no-any-return]
+        # a round trip each, and a server asks for every token and alternative of its logprobs
+        if token not in self._pieces:
+            self._pieces[token] = self._call("piece", token)
+        return self._pieces[token]
 
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         return self._call("chat_text", list(messages), tools=tools)  # type: ignore[no-any-return]
@@ -322,6 +327,10 @@ def _close_open_engines() -> None:
     for engine in list(_OPEN):
         if not engine._closed:  # not close(): a stream left open elsewhere would hold its lock
             engine._closed = True
+            running = engine._running
+            if running is not None:  # the child takes "close" once its generation ends
+                with contextlib.suppress(ReferenceError):  # (a weak proxy of a dropped handle)
+                    running.cancel()
             engine._child.close()
 
 

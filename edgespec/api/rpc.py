@@ -39,13 +39,13 @@ def serve_rpc(
     if ":" in host:
         raise ConfigError(f"llama.cpp's RPC server listens on IPv4 addresses only (got {host})")
     if not isinstance(port, int) or not 0 < port < 65536:
-        raise ConfigError(f"--port must be 1..65535 (got {port})")
+        raise ConfigError(f"the RPC server's port must be 1..65535 (got {port})")
     try:  # llama.cpp takes a dotted IPv4 address only (inet_addr): a name is resolved here
         host = socket.gethostbyname(host) if host else ""
-    except OSError as err:
+    except (OSError, UnicodeError, ValueError, TypeError) as err:  # (idna, a NUL byte)
         raise ConfigError(f"cannot resolve {host!r} to an IPv4 address ({err}); give one, e.g. 127.0.0.1") from None
     if not host:
-        raise ConfigError("--host is empty; give an IPv4 address, e.g. 127.0.0.1")
+        raise ConfigError("the RPC server's host is empty; give an IPv4 address, e.g. 127.0.0.1")
     check_threads(threads)
     check_bindable(host, port)
     endpoint = f"{host}:{port}"

@@ -67,15 +67,17 @@ def _schema_text(schema: Any) -> str:
         schema = schema.model_json_schema()
     try:
         text = schema if isinstance(schema, str) else json.dumps(schema)
+        if len(text) > MAX_SCHEMA_CHARS:
+            raise EdgespecError(f"the JSON schema is {len(text)} characters; the limit is {MAX_SCHEMA_CHARS}")
         value = json.loads(text)
+    except RecursionError:
+        raise EdgespecError("the JSON schema is nested too deeply to read; flatten it with $defs") from None
     except (TypeError, ValueError) as err:
         raise EdgespecError(f"the JSON schema is not valid JSON ({err}); fix it and retry") from None
     if value is True:  # JSON Schema's `true`: any JSON value
         text = "{}"
     elif not isinstance(value, dict):
         raise EdgespecError(f"a JSON schema is an object (a dict), not {type(value).__name__}: {text[:40]}")
-    if len(text) > MAX_SCHEMA_CHARS:
-        raise EdgespecError(f"the JSON schema is {len(text)} characters; the limit is {MAX_SCHEMA_CHARS}")
     return text
 
 

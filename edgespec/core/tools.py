@@ -31,6 +31,7 @@ from typing import Any
 
 from .errors import EdgespecError
 from .grammar import compile_grammar
+from .tool_schemas import hoist, object_schema
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 PYTHON_TAG = "<|python_tag|>"
@@ -113,7 +114,7 @@ class ToolSet:
         options = [
             {
                 "type": "object",
-                "properties": {"name": {"const": f.name}, key: _hoist_defs(_object_schema(f.parameters), i, defs)},
+                "properties": {"name": {"const": f.name}, key: hoist(object_schema(f.parameters), i, defs)},
                 "required": ["name", key],
                 "additionalProperties": False,
             }
@@ -162,29 +163,6 @@ def _lark(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _hoist_defs(schema: dict[str, Any], i: int, defs: dict[str, Any]) -> dict[str, Any]:
-    """A reference to `schema`, which moves whole into the combined schema's `$defs` as f{i}, its
-    local `$ref`s rewritten to point into it: nested in the call's schema, "#/$defs/X" (Pydantic's
-    schemas use them routinely) or "#" (a recursive tree) would resolve against the wrong root."""
-    root = f"#/$defs/f{i}"
-
-    def fix(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {k: fix(v) for k, v in node.items()}
-            ref = node.get("$ref")
-            if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-                out["$ref"] = root + ref[1:]
-            return out
-        return [fix(x) for x in node] if isinstance(node, list) else node
-
-    defs[f"f{i}"] = fix(schema)
-    return {"$ref": root}
-
-
-def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(parameters) if parameters else {"type": "object", "properties": {}}
-
-
 def make_toolset(tools: Any, tool_choice: Any, template: str, *, parallel: bool = False) -> ToolSet | None:
     """A checked `ToolSet` from OpenAI's `tools` and `tool_choice` (None: no tools offered,
     or `none`). Any mistake is an EdgespecError that names it."""
@@ -196,6 +174,12 @@ def make_toolset(tools: Any, tool_choice: Any, template: str, *, parallel: bool 
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
         raise EdgespecError(f"tools must be a list of at most {MAX_TOOLS} functions")
     functions = tuple(_function(i, t) for i, t in enumerate(tools))
+    layout = layout_for(template)
+    for i, f in enumerate(functions):  # each within the calls' grammar too (a schema that moves badly)
+        try:
+            compile_grammar(lark=ToolSet((f,), "required", layout).grammar())
+        except EdgespecError as err:
+            raise EdgespecError(f"tools[{i}] ({f.name}): parameters cannot be used in a call: {err}") from None
     names = [f.name for f in functions]
     if len(set(names)) != len(names):
         raise EdgespecError("tools: two functions have the same name")
@@ -203,7 +187,7 @@ def make_toolset(tools: Any, tool_choice: Any, template: str, *, parallel: bool 
         raise EdgespecError(f"tool_choice names the function {choice!r}, which is not among the tools")
     if choice == "none":
         return None
-    return ToolSet(functions, choice, layout_for(template), parallel)
+    return ToolSet(functions, choice, layout, parallel)
 
 
 def _choice(choice: Any) -> str:

@@ -31,13 +31,13 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
-    if args.host and args.host not in LOOPBACK:
+    thread = serve_rpc(args.host, args.port, args.threads)  # an EdgespecError: one line, exit 2
+    if args.host not in LOOPBACK:
         print(
             f"edgespec: warning: rpc-server on {args.host} has no authentication: anyone who can reach port "
             f"{args.port} can use this machine's memory and compute. Use it only on a network you control.",
             file=sys.stderr,
         )
-    thread = serve_rpc(args.host, args.port, args.threads)  # an EdgespecError: one line, exit 2
     names = ", ".join(served_devices())
     thread.join(0.5)  # a server that cannot start ends at once: no "serving" line before its failure
     if not thread.is_alive():

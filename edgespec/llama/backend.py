@@ -28,7 +28,7 @@ import numpy as np
 from ..core import defaults
 from ..core.errors import BackendError, ModelFileError
 from ..core.sampling import Rows
-from . import native_log  # (it also turns ggml's gdb backtrace before an abort off)
+from . import native_log
 from .config import default_threads
 from .ggml_types import QUANTIZE_FTYPES
 from .native_abi import (
@@ -54,6 +54,7 @@ def _init() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
+            native_log.quiet_aborts()
             llama_cpp.llama_log_set(native_log.log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _initialised = True
@@ -112,11 +113,6 @@ class LlamaModel:
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
         native_log.begin_load()
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
-        try:
-            native_log.raise_if_interrupted()  # a Ctrl-C during the load, which ctypes kept from us
-        except KeyboardInterrupt:
-            self.close()
-            raise
         if not self._model:
             why = (
                 native_log.first_error().partition("error loading model: ")[2]
@@ -134,6 +130,11 @@ class LlamaModel:
         cparams.n_outputs_max = self.rows_max = min(n_batch, defaults.ROWS_MAX)
         cparams.n_outputs_max_per_seq = 0  # set_head: a backend top-k on every row of an eval
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        try:
+            native_log.raise_if_interrupted()  # a Ctrl-C during the load, which ctypes kept from us
+        except KeyboardInterrupt:
+            self.close()
+            raise
         if not self._ctx:
             self.close()
             raise BackendError(
@@ -155,6 +156,10 @@ class LlamaModel:
         self._grammar_tokenizer: Any = None
 
     # -- lifetimes -------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return bool(self._model)
+
     def close(self) -> None:
         """Free batch, then context, then model (the context refers to the model)."""
         if self._batch is not None:
@@ -290,7 +295,9 @@ def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None =
     params.ftype = getattr(llama_cpp, QUANTIZE_FTYPES[qtype])
     params.allow_requantize = True
     params.nthread = threads or default_threads()
+    native_log.begin_load()
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    native_log.raise_if_interrupted()
     if rc != 0:
         raise BackendError(f"llama.cpp could not quantize {src} to {qtype} (code {rc}); run with --verbose")
 
@@ -348,12 +355,6 @@ def rpc_devices(endpoint: str) -> list[int]:
                 int(lib.ggml_backend_reg_dev_get(reg, i)) for i in range(lib.ggml_backend_reg_dev_count(reg))
             ]
         return list(_rpc_registered[endpoint])
-
-
-def rpc_endpoints() -> list[str]:
-    """The RPC servers this process has registered (their connections may be open)."""
-    with _rpc_lock:
-        return list(_rpc_registered)
 
 
 def device_memory(device: int) -> tuple[int, int]:

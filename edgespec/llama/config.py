@@ -123,7 +123,7 @@ def load_config(explicit: str | Path | None = None) -> Config:
         raise ConfigError(f"{path}: cannot read it as TOML ({err}); fix the file") from err
     # the demo pair is always available unless the file redefines it
     merged = {key: {**BUILTIN[key], **_table(data, key, str(path))} for key in ("models", "pairs")}
-    return parse(merged, str(path), base=path.parent)
+    return parse(merged, str(path), base=path.resolve().parent)
 
 
 def parse(data: dict[str, Any], source: str, base: Path | None = None) -> Config:

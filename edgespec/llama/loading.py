@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,16 @@ class LoadedPair:
     options: LoadOptions
 
 
+# targets of this process whose layers are on RPC servers: ggml-rpc keeps one connection per
+# server while a model uses it, and an rpc-server serves one client at a time, so a hello of
+# ours to a server a live model of ours uses would wait for ourselves
+_rpc_models: weakref.WeakKeyDictionary[LlamaModel, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _rpc_in_use() -> set[str]:
+    return {e for model, endpoints in list(_rpc_models.items()) if model.loaded for e in endpoints}
+
+
 def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions) -> LoadedPair:
     o = options
     t_info = read_gguf(target)
@@ -87,9 +98,7 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     t_layers = o.n_gpu_layers or (ALL_LAYERS if o.rpc else 0)
     if o.rpc:
         draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
-        from . import backend  # (which endpoints this process already uses: only those skip the hello)
-
-        check_reachable(o.rpc, known=backend.rpc_endpoints())
+        check_reachable(o.rpc, known=_rpc_in_use())
     n_ctx = min(o.n_ctx, t_info.context_length or o.n_ctx)  # llama.cpp makes no larger a context
     memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 
@@ -104,6 +113,8 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     if note:
         warnings.append(note)
     t_model = backend.LlamaModel(target, n_ctx=o.n_ctx, n_gpu_layers=t_layers, threads=o.threads, devices=remote)
+    if o.rpc:
+        _rpc_models[t_model] = o.rpc
     try:
         d_model = (
             # (no devices given: this machine's own, RPC servers left out)

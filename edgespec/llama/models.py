@@ -41,8 +41,10 @@ def state(config: Config, entry: ModelEntry) -> str:
     if not entry.location().is_file():
         return "not prepared"
     src = config.model(entry.derive) if entry.derive is not None else None
+    if src is not None and not src.location().is_file():
+        return "ready"  # its source is gone (deleted after quantizing): kept as it was made
     if src is not None and state(config, src) != "ready":
-        return "changed" if src.location().is_file() else "not prepared"
+        return "changed"
     have = _read_recipe(entry.location())
     return "ready" if have is None or have == _recipe(entry, src.location() if src is not None else None) else "changed"
 
@@ -57,6 +59,9 @@ def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
             why = "is a folder" if dst.is_dir() else "does not exist"
             raise ModelFileError(f"model {name}: {entry.path} {why}; fix its path in {config.source}")
         return dst
+    if entry.derive is not None and dst.is_file() and not config.model(entry.derive).location().is_file():
+        log.warning("%s: its source %s is gone; used as it was made", name, entry.derive)
+        return dst  # (a big F16 deleted after quantizing it: not fetched or made again)
     src = prepare(config, entry.derive, progress) if entry.derive is not None else None
     want = _recipe(entry, src)
     if dst.is_file():
@@ -66,7 +71,7 @@ def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
         if have is None:  # made before recipes were kept: taken as made from this entry
             _write_recipe(dst, want)
             return dst
-        progress(f"{name}: its entry in {config.source} changed since it was made; making it again\n")
+        progress(f"{name}: its entry in {config.source} or its source changed since it was made; making it again\n")
     _writable(dst.parent, name)
     tmp = dst.with_name(dst.name + f".part{os.getpid()}")
     try:
@@ -107,7 +112,7 @@ def _recipe(entry: ModelEntry, src: Path | None) -> str:
         return f"wheel {entry.wheel} file {entry.file}\n"
     assert src is not None
     st = src.stat()
-    return f"derive {src} size {st.st_size} mtime_ns {st.st_mtime_ns} quantize {entry.quantize}\n"
+    return f"derive {src.resolve()} size {st.st_size} mtime_ns {st.st_mtime_ns} quantize {entry.quantize}\n"
 
 
 def _recipe_path(dst: Path) -> Path:

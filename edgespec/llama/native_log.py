@@ -18,11 +18,6 @@ import logging
 import os
 import threading
 
-# ggml prints a backtrace before it aborts by running gdb on the process (about 100 lines, on
-# stdout too); an abort's own one line says what went wrong. EDGESPEC_NATIVE_BACKTRACE=1 keeps it.
-if not os.environ.get("EDGESPEC_NATIVE_BACKTRACE"):
-    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-
 log = logging.getLogger("edgespec.llama")
 LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 CONTINUED = 5  # ggml's level for a line that goes on the previous one
@@ -42,6 +37,15 @@ def log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             log.debug("%s", msg)
     except KeyboardInterrupt:
         _interrupted.set()
+
+
+def quiet_aborts() -> None:
+    """ggml prints a backtrace before it aborts by running gdb on the process (about 100 lines,
+    on stdout too, over a chat's screen); the abort's own line says what went wrong. Off unless
+    EDGESPEC_NATIVE_BACKTRACE=1 (or GGML_NO_BACKTRACE is set already). ggml reads it when it
+    aborts; set in the environment, the isolated engine's process inherits it."""
+    if os.environ.get("EDGESPEC_NATIVE_BACKTRACE") != "1":
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 
 def begin_load() -> None:

@@ -64,8 +64,8 @@ def check_reachable(
                 seen[address] = endpoint
                 if endpoint not in known:
                     _hello(sock, endpoint)
-        except OSError as err:
-            why = err.strerror or type(err).__name__
+        except (OSError, UnicodeError, ValueError) as err:  # (a name idna cannot encode: "bad..name")
+            why = getattr(err, "strerror", None) or str(err) or type(err).__name__
             raise ConfigError(
                 f"cannot reach the RPC server at {endpoint} ({why.lower()}); start it there with "
                 f"`edgespec rpc-server --port {port}` (and --host for a non-loopback address)"

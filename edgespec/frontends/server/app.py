@@ -199,10 +199,8 @@ def _check_prompt_size(prompt: Any, n_ctx: int) -> None:
         )
 
 
-def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None, schema: Any) -> list[int]:
-    """The prompt's tokens, checked against the context, and the output's schema or tools checked
-    (runs beside the generation in progress: a 400 never waits for the queue)."""
-    check_structured_output(json_schema=schema, tools=tools)
+def _prompt_tokens(engine: Engine, prompt: Any, raw: bool, tools: ToolSet | None) -> list[int]:
+    """The prompt's tokens, checked against the context (runs beside the generation in progress)."""
     tokens = engine.tokenize(prompt, raw=raw, tools=tools)
     if len(tokens) >= engine.n_ctx:
         raise ContextFullError(
@@ -227,9 +225,11 @@ async def _complete(
     tools = fmt.tools if isinstance(fmt, ChatFormat) else None
     if tools is not None:
         opts["tools"] = tools
+    # a schema that cannot be used is a 400 even on a full queue (compiling it is off the event loop)
+    await queue.prepare(lambda: check_structured_output(json_schema=opts.get("json_schema"), tools=tools))
     queue.check_room()  # a 503 costs no tokenizing
     _check_prompt_size(prompt, engine.n_ctx)
-    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools, opts.get("json_schema")))
+    tokens = await queue.prepare(lambda: _prompt_tokens(engine, prompt, raw, tools))
     job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
