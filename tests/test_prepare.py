@@ -11,7 +11,7 @@ import pytest
 from gguf_corpus import small_model
 
 from edgespec.core.errors import ConfigError, ModelFileError
-from edgespec.llama.config import load_config
+from edgespec.llama.config import Config, load_config
 from edgespec.llama.gguf_file import read_gguf
 from edgespec.llama.models import prepare, state
 
@@ -44,13 +44,19 @@ def test_a_derived_model_is_made_again_when_its_entry_or_source_changes(tmp_path
     assert state(cfg, cfg.model("small")) == "ready"
 
 
-def test_a_file_made_before_recipes_were_kept_is_taken_as_it_is(tmp_path: Path) -> None:
+def _made_earlier(tmp_path: Path) -> tuple[Path, Config, Path]:
+    """A source and a file derived from it earlier, with no note yet of what it was made from."""
     source = tmp_path / "src.gguf"
     source.write_bytes(small_model())
     cfg = load_config(_config(tmp_path, source, "Q8_0"))
     made = cfg.model("small").location()
     made.parent.mkdir(parents=True)
-    made.write_bytes(small_model())  # no note of what it was made from: an older edgespec's cache
+    made.write_bytes(small_model())
+    return source, cfg, made
+
+
+def test_a_file_made_before_recipes_were_kept_is_taken_as_it_is(tmp_path: Path) -> None:
+    _, cfg, made = _made_earlier(tmp_path)  # an older edgespec's cache
     assert state(cfg, cfg.model("small")) == "ready"
     assert prepare(cfg, "small", progress=lambda _: None) == made and made.with_name("small.gguf.recipe").is_file()
 
@@ -83,12 +89,7 @@ def test_a_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
 
 
 def test_a_derived_model_whose_source_was_deleted_is_used_as_it_was_made(tmp_path: Path) -> None:
-    source = tmp_path / "src.gguf"
-    source.write_bytes(small_model())
-    cfg = load_config(_config(tmp_path, source, "Q8_0"))
-    made = cfg.model("small").location()
-    made.parent.mkdir(parents=True)
-    made.write_bytes(small_model())  # as if quantized from it earlier
+    source, cfg, made = _made_earlier(tmp_path)
     prepare(cfg, "small", progress=lambda _: None)  # records its recipe
     source.unlink()  # the big original deleted to save the disk
     assert state(cfg, cfg.model("small")) == "ready"
