@@ -30,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
     add_sampling_args(p)
     p.add_argument("--no-highlight", action="store_true", help="start with draft/target colouring off")
     g = p.add_argument_group("saved chats (in $EDGESPEC_HOME/chats/)")
-    g.add_argument("--list", action="store_true", help="print the saved chats (id, time, first words) and exit")
+    g.add_argument(
+        "--list", action="store_true", help="print the saved chats (id, time, messages, first words) and exit"
+    )
     g.add_argument(
         "--resume",
         nargs="?",

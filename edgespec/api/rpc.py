@@ -8,6 +8,7 @@ No authentication: bind it to loopback, or to a network only you can reach.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 
@@ -26,9 +27,8 @@ def check_bindable(host: str, port: int) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as err:
-        raise ConfigError(
-            f"cannot listen on {host}:{port} ({(err.strerror or str(err)).lower()}); pick another --port"
-        ) from err
+        what = "give an address of this machine" if err.errno == errno.EADDRNOTAVAIL else "pick another port"
+        raise ConfigError(f"cannot listen on {host}:{port} ({(err.strerror or str(err)).lower()}); {what}") from err
 
 
 def serve_rpc(

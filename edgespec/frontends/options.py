@@ -52,11 +52,11 @@ def add_isolation_arg(p: argparse.ArgumentParser) -> None:
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS)
-    g.add_argument("--temperature", type=float, default=defaults.TEMPERATURE, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=defaults.TOP_K)
-    g.add_argument("--top-p", type=float, default=defaults.TOP_P)
-    g.add_argument("--min-p", type=float, default=defaults.MIN_P)
+    g.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS, help="(default %(default)s)")
+    g.add_argument("--temperature", type=float, default=defaults.TEMPERATURE, help="0 = greedy (default %(default)s)")
+    g.add_argument("--top-k", type=int, default=defaults.TOP_K, help="0 = off (default %(default)s)")
+    g.add_argument("--top-p", type=float, default=defaults.TOP_P, help="1 = off (default %(default)s)")
+    g.add_argument("--min-p", type=float, default=defaults.MIN_P, help="0 = off (default %(default)s)")
     g.add_argument(
         "--seed", type=int, default=None, help="reproducible sampling: the answer plain decoding gives for this seed"
     )
@@ -64,25 +64,25 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
         "--presence-penalty",
         type=float,
         default=defaults.PRESENCE_PENALTY,
-        help="-2..2: lower the logits of tokens already generated (OpenAI's)",
+        help="-2..2: lower the logits of tokens already generated (OpenAI's; default %(default)s)",
     )
     g.add_argument(
         "--frequency-penalty",
         type=float,
         default=defaults.FREQUENCY_PENALTY,
-        help="-2..2: lower the logits of generated tokens by how often they appeared (OpenAI's)",
+        help="-2..2: lower the logits of generated tokens by how often they appeared (OpenAI's; default %(default)s)",
     )
     g.add_argument(
         "--repeat-penalty",
         type=float,
         default=defaults.REPEAT_PENALTY,
-        help="llama.cpp's: penalise the last --repeat-last-n tokens of the context (1 = off)",
+        help="llama.cpp's: penalise the last --repeat-last-n tokens of the context (1 = off; default %(default)s)",
     )
     g.add_argument(
         "--repeat-last-n",
         type=int,
         default=defaults.REPEAT_LAST_N,
-        help="the window of --repeat-penalty (-1: the whole context)",
+        help="the window of --repeat-penalty (-1: the whole context; default %(default)s)",
     )
     g.add_argument("--k", type=int, default=None, help="fixed number of draft tokens (default: adaptive)")
     g.add_argument("--no-spec", action="store_true", help="plain decoding, no draft model")

@@ -76,7 +76,7 @@ def gpu_fallback_warning(n_gpu_layers: int) -> str | None:
     return (
         "this llama-cpp-python build has no GPU offload, running on the CPU; rebuild it with "
         "CMAKE_ARGS='-DGGML_CUDA=on -DGGML_RPC=ON' (NVIDIA) or '-DGGML_METAL=on -DGGML_RPC=ON' (Apple): "
-        "CMAKE_ARGS=... pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36"
+        "CMAKE_ARGS=... pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python==0.3.36"
     )
 
 

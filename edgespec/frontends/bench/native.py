@@ -100,7 +100,8 @@ def binary(name: str) -> Path:
     if not path.is_file():
         raise NativeError(
             f"native binary {name} not found in {bin_dir()}; "
-            "run edgespec.native.build_native() first (needs cmake and a C++ compiler)"
+            "run `edgespec bench` once, or edgespec.frontends.bench.native.build_native() "
+            "(needs cmake and a C++ compiler)"
         )
     return path
 

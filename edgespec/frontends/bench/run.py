@@ -48,13 +48,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default="demo")
     p.add_argument("--bad-pair", default="demo-bad", help="pair for the fallback row ('' to skip)")
     p.add_argument("--config")
-    p.add_argument("--out", default="bench-out")
-    p.add_argument("--tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="bench-out", help="folder for bench.json, .md, .png (default %(default)s)")
+    p.add_argument("--tokens", type=int, default=256, help="tokens per run (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per cell, medians (default %(default)s)")
     p.add_argument("--ks", default=None, help="fixed K values (default 0..8, 10, 12, 16; simulated: 0..16)")
-    p.add_argument("--temps", default="0,0.8")
+    p.add_argument("--temps", default="0,0.8", help="temperatures (default %(default)s)")
     p.add_argument("--prompts", default=",".join(PROMPTS))
-    p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values")
+    p.add_argument("--n-max", default="2,4,8", help="llama.cpp native speculation n_max values (default %(default)s)")
     p.add_argument(
         "--quant-drafts", default=",".join(QUANT_DRAFTS), help="drafts for the acceptance table ('' to skip)"
     )
