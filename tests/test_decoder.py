@@ -295,6 +295,44 @@ def test_a_stream_dropped_unfinished_releases_the_engine() -> None:
     assert again.tokens == eng.generate("t5 t9", temperature=0.0, max_tokens=30, speculative=False).tokens
 
 
+def test_a_stream_kept_in_a_variable_and_left_is_closed_by_the_next_call_of_its_thread() -> None:
+    """The README's own loop (`gen = engine.stream(...)`, `for event in gen: ... break`) held the
+    lock: the next request waited 30 s, then BusyError, and cancel() could not help."""
+    import time
+
+    from edgespec.core.errors import BusyError
+
+    eng = make_engine(noise=0.5)
+    gen = eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    for _ in gen:
+        break
+    assert eng.busy
+    t0 = time.monotonic()
+    again = eng.generate("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    assert time.monotonic() - t0 < 5 and list(gen) == []  # the old one was closed, not waited for
+    assert again.tokens == eng.generate("t5 t9", temperature=0.0, max_tokens=30, speculative=False).tokens
+    gen = eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    next(gen)
+    eng.reset()  # the same for reset and close
+    assert not eng.busy
+
+    # another thread's stream is not this thread's to close: it still waits, then says so
+    import threading
+
+    import edgespec.api.engine as engine_mod
+
+    held = eng.stream("t5 t9", temperature=0.0, max_tokens=30, k=3)
+    threading.Thread(target=lambda: next(held)).start()
+    time.sleep(0.2)
+    saved, engine_mod.LOCK_WAIT_S = engine_mod.LOCK_WAIT_S, 0.3
+    try:
+        with pytest.raises(BusyError, match="another thread's stream has held this engine"):
+            eng.generate("t5", max_tokens=3)
+    finally:
+        engine_mod.LOCK_WAIT_S = saved
+        held.close()
+
+
 def test_adaptive_controller_state_carries_over_between_requests() -> None:
     eng = make_engine(noise=0.3)
     eng.generate("t5 t9", temperature=0.0, max_tokens=40)

@@ -13,6 +13,10 @@ from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 
 CLOSED = "this engine is closed; load a new one"
+BUSY = (
+    "another thread's stream has held this engine for 30 s; it must be exhausted or closed "
+    "(gen.close(), or a `with` block; gen.cancel() ends it at its next step)"
+)
 
 
 class Closed:

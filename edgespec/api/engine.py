@@ -38,8 +38,8 @@ from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
 from ..llama.rpc import parse_endpoints
-from .checks import Closed, check_k, check_params, check_structured_output
-from .generation import Generation
+from .checks import BUSY, CLOSED, Closed, check_k, check_params, check_structured_output
+from .generation import Generation, close_own_stream
 from .prompts import Prompt, Prompts
 
 log = logging.getLogger("edgespec")
@@ -80,6 +80,7 @@ class Engine:
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
         self._running: Generation | None = None
+        self._owner: int | None = None  # the thread holding the lock
         self._closed = False
         # what the adaptive controller measured carries over to the next request instead of
         # being learned again every time: step costs are the machine's (one table for all),
@@ -354,18 +355,17 @@ class Engine:
 
     @contextlib.contextmanager
     def _hold(self) -> Iterator[None]:
-        """The engine lock, waited for a bounded time: a stream left open in the same thread
-        would otherwise deadlock the caller."""
+        """The engine lock, waited for a bounded time (another thread's stream may hold it)."""
+        close_own_stream(self._running, self._owner)  # this thread's own would never let go
         if not self._lock.acquire(timeout=LOCK_WAIT_S):
-            raise BusyError(
-                "another generation has held this engine for too long; close or exhaust its "
-                "stream, or call cancel() first"
-            )
+            raise BusyError(BUSY)
+        self._owner = threading.get_ident()
         try:
             if self._closed:
-                raise EdgespecError("this engine is closed; load a new one")
+                raise EdgespecError(CLOSED)
             yield
         finally:
+            self._owner = None
             self._lock.release()
 
     def generate(self, prompt: Prompt, **options: Any) -> Result:
