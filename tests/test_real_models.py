@@ -166,3 +166,15 @@ def test_follow_up_turn_prefills_only_the_new_part(demo_engine) -> None:
     msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Now say goodbye."}]
     second = demo_engine.generate(msgs, temperature=0, max_tokens=8)
     assert second.stats.n_prefilled < second.stats.n_prompt / 2
+
+
+def test_a_context_larger_than_the_model_was_trained_for_is_said() -> None:
+    """llama.cpp makes no larger a context than the model's own: it was silently 8192 for 20000,
+    and an over-long prompt's error then said to load with a larger n_ctx."""
+    from edgespec import Engine
+
+    paths = demo_paths()
+    assert paths is not None
+    with Engine.load(paths[0], n_ctx=20000, lookup=False) as eng:
+        assert eng.n_ctx == 8192
+        assert any("n_ctx 20000 is more than" in w and "the context holds 8192" in w for w in eng.warnings)

@@ -135,7 +135,7 @@ class Engine:
     ) -> Engine:
         """A pair from models.toml (prepared on first use, in this process). `overrides`:
         `Engine.load`'s keywords; None keeps the pair's own setting. `progress`: a callback for
-        preparation. `with_draft=False` loads the target alone (plain decoding)."""
+        preparation. `with_draft=False` loads the target alone (lookup drafts unless `lookup=False`)."""
         target, draft, options = pair_files(name, config, **overrides)
         if isolated:
             return _isolated(target, draft if with_draft else None, options)
