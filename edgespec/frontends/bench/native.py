@@ -53,6 +53,17 @@ class NativeError(EdgespecError):
     """A native binary, model or build step is missing or failed."""
 
 
+def attempt(call: Any, *args: Any, **kwargs: Any) -> dict | None:
+    """One llama.cpp column's run, or None where it failed (a timeout, a crash): the column
+    reads n/a where it has no runs, and the rest of a long bench is kept."""
+    try:
+        return call(*args, **kwargs)  # type: ignore[no-any-return]
+    except NativeError as err:
+        log.warning("a llama.cpp run failed, its column is missing a run: %s", err)
+        print(f"  llama.cpp run failed (column kept without it): {err}", file=sys.stderr, flush=True)
+        return None
+
+
 # --------------------------------------------------------------------------- paths
 
 

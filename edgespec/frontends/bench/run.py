@@ -4,15 +4,15 @@ Rows: (prompt, temperature) cells. Columns: llama.cpp's native plain decoding
 (llama-bench, run in every cell's rounds too, so a machine that drifts over the
 half hour moves it with the rest) and native speculation (llama-speculative-simple, n_max 2/4/8),
 both built from the llama.cpp source the pinned llama-cpp-python vendors;
-edgespec with K = 0 (plain, through the same loop), fixed K = 1..8, and the
-adaptive controller. Every run starts from empty KV caches; the adaptive
-controller keeps what it measured from run to run (step costs, acceptance per
+edgespec with K = 0 (plain, through the same loop), fixed K = 1..8, 10, 12, 16, and the
+adaptive controller (prompt lookup off in these cells, as fixed K has it). Every run starts
+from empty KV caches; the adaptive controller keeps what it measured from run to run (step costs, acceptance per
 temperature), as it does in a running chat or server, so only the first
 adaptive run of the bench pays its warm-up. Each figure is the median of the
 repeats. Also: the acceptance of drafts at several quantizations
 under the same target, and a "bad pair" (a Q2_K draft at T = 1.0) where the
 adaptive controller must fall back instead of losing. Writes bench.json,
-bench.md and bench.png (report in bench_report.py).
+bench.md and bench.png (report in report.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from edgespec.core import defaults
 
 from .copying import PROMPTS as COPYING_PROMPTS
 from .copying import lookup_cells
+from .native import attempt
 from .sim_bench import check_ks
 from .simulate import MACHINES, PROFILES, TEXTS
 
@@ -117,14 +118,18 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
                 one = _edgespec_once(engine, prompt, temp, None, True, args.tokens, seed)
                 runs.setdefault(("edgespec", "adaptive"), []).append(one)
                 if native is not None:
-                    one = native.run_llama_bench(paths[0], n_gen=args.tokens, threads=args.threads, repeats=1)
-                    runs.setdefault(("native_plain", ""), []).append(one)
+                    tried = attempt(
+                        native.run_llama_bench, paths[0], n_gen=args.tokens, threads=args.threads, repeats=1
+                    )
+                    if tried is not None:  # a failed llama.cpp run: the column goes without it
+                        runs.setdefault(("native_plain", ""), []).append(tried)
                 for n_max in n_maxes:
-                    one = native.run_speculative_simple(
-                        paths[0], paths[1], text, n_predict=args.tokens, temperature=temp, n_max=n_max,
-                        seed=seed, threads=args.threads,
+                    tried = attempt(
+                        native.run_speculative_simple, paths[0], paths[1], text, n_predict=args.tokens,
+                        temperature=temp, n_max=n_max, seed=seed, threads=args.threads,
                     )  # fmt: skip
-                    runs.setdefault(("native_spec", str(n_max)), []).append(one)
+                    if tried is not None:
+                        runs.setdefault(("native_spec", str(n_max)), []).append(tried)
             cell: dict[str, Any] = {"prompt": name, "temperature": temp, "edgespec": {}, "native_spec": {}}
             for (kind, key), xs in runs.items():
                 if kind == "native_plain":
@@ -180,7 +185,7 @@ def bad_pair(args: argparse.Namespace) -> dict | None:
     if not args.bad_pair:
         return None
     out: dict[str, Any] = {"pair": args.bad_pair, "temperature": 1.0, "prompts": {}}
-    with Engine.from_pair(args.bad_pair, args.config) as eng:
+    with Engine.from_pair(args.bad_pair, args.config, lookup=False) as eng:  # the controller's fallback alone
         for name in _names(args.prompts):
             runs: dict[str, list[dict]] = {"plain": [], "adaptive": [], "k4": []}
             for r in range(args.repeats):  # interleaved, as in bench_cells
@@ -297,6 +302,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads,
             repeats=1,  # the cells run it again, interleaved
         )
+    save = lambda: (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))  # noqa: E731
     if args.lookup_prompts:
         result["lookup"] = lookup_cells(
             (target, draft),
@@ -308,14 +314,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads,
             log=_log,
         )
+        save()  # each section kept as it ends: a later failure loses only what was running
     if not args.only_lookup:
-        with Engine.load(target, draft, n_ctx=2048, threads=args.threads) as engine:
+        # prompt lookup off: FixedK drafts from the model alone, so adaptive does too (the K
+        # controller judged against fixed K; the hybrid has the prompt-lookup section)
+        with Engine.load(target, draft, n_ctx=2048, threads=args.threads, lookup=False) as engine:
             result["threads"] = engine.info().threads
             result["cells"] = bench_cells(args, engine, (target, draft), native)
+            save()
             result["p_min"] = [] if args.no_p_min else p_min_table(args, engine)
         result["quantization"] = quant_table(args, cfg)
         result["bad_pair"] = bad_pair(args)
-    (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    save()
     write_reports(result, out)
     print((out / "bench.md").read_text())
     return 0
