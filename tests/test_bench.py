@@ -113,7 +113,8 @@ def test_the_lookup_table_says_n_a_for_llama_cpp_columns_not_run() -> None:
             "hybrid": 43.6, "copied": 0.45}  # fmt: skip
     row = markdown([cell]).splitlines()[-1]
     assert row.startswith("| rename | 0.0 | n/a | n/a | n/a | n/a | 37.4 | 50.1 | 43.4 | 43.6 | 45% | n/a | n/a |")
-    native = {**cell, "llama_plain": 38.0, "llama_plain_empty": 44.0, "llama_ngram-simple": 39.0}
+    ngram = {"llama_ngram-simple": 39.0, "llama_ngram-map-k": 30.0, "llama_ngram-mod": 35.0}
+    native = {**cell, "llama_plain": 38.0, "llama_plain_empty": 44.0, **ngram}
     row = markdown([native]).splitlines()[-1]
     assert "| rename | 0.0 | 44.0 | 38.0 | 39.0 | n/a | 37.4 |" in row
 

@@ -8,9 +8,15 @@ import pytest
 
 from edgespec.frontends.bench.copying import target_ratios, targets_markdown
 
+FAMILY_FLOOR = {"llama_ngram-simple": 1.0, "llama_ngram-map-k": 1.0, "llama_ngram-mod": 1.0,
+                "llama_chained_4": 1.0, "llama_chained_8": 1.0}  # fmt: skip
+
 
 def _cell(prompt: str, temp: float, **cols: float) -> dict:
-    return {"prompt": prompt, "temperature": temp, **cols}
+    """A cell; llama.cpp's columns, where it has some, complete with every type (a best of is
+    judged only over all of them)."""
+    native = FAMILY_FLOOR if any(k.startswith("llama_") for k in cols) else {}
+    return {"prompt": prompt, "temperature": temp, **native, **cols}
 
 
 CELLS = [
@@ -83,3 +89,15 @@ def test_a_failed_llama_cpp_run_leaves_its_column_short_not_the_bench_lost() -> 
     _native_round(Native(), runs, (Path("t"), Path("d")), "text", 10, 0.0, 8, 1, None)
     assert "llama_ngram-mod" not in runs and runs["llama_ngram-simple"] == [{"tokens_per_s": 60.0}]
     assert runs["llama_plain"] and runs["llama_chained_4"]
+
+
+def test_a_best_of_with_a_column_missing_and_a_prompt_run_twice_are_not_judged() -> None:
+    """A failed llama.cpp type made "best n-gram" the best of the rest (an easier bar); four runs
+    of one prompt passed for the four copy prompts."""
+    cells = [dict(c) for c in CELLS]
+    del cells[0]["llama_ngram-mod"]
+    got = {(t["target"], t["temperature"]): t for t in target_ratios(cells)}
+    assert got[("draftless / llama.cpp's best n-gram type", 0.0)]["ratio"] is None
+    assert got[("draftless / llama.cpp plain", 0.0)]["met"] is True  # the rest still judged
+    twice = [CELLS[1], dict(CELLS[1]), dict(CELLS[1]), dict(CELLS[1])]
+    assert all(t["met"] is None for t in target_ratios(twice))

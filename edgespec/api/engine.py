@@ -38,8 +38,8 @@ from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport, live_quantization_verdict
 from ..llama.rpc import parse_endpoints
-from .checks import BUSY, CLOSED, Closed, check_k, check_params, check_structured_output
-from .generation import Generation, close_own_stream
+from .checks import CLOSED, Closed, busy, check_k, check_params, check_structured_output
+from .generation import Generation
 from .prompts import Prompt, Prompts
 
 log = logging.getLogger("edgespec")
@@ -80,7 +80,7 @@ class Engine:
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
         self._running: Generation | None = None
-        self._owner: int | None = None  # the thread holding the lock
+        self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
         self._closed = False
         # what the adaptive controller measured carries over to the next request instead of
         # being learned again every time: step costs are the machine's (one table for all),
@@ -355,10 +355,10 @@ class Engine:
 
     @contextlib.contextmanager
     def _hold(self) -> Iterator[None]:
-        """The engine lock, waited for a bounded time (another thread's stream may hold it)."""
-        close_own_stream(self._running, self._owner)  # this thread's own would never let go
+        """The engine lock, waited for a bounded time: a stream left unfinished holds it (and where the
+        same thread left it, waiting can only end when another thread reads that stream on)."""
         if not self._lock.acquire(timeout=LOCK_WAIT_S):
-            raise BusyError(BUSY)
+            raise BusyError(busy(LOCK_WAIT_S, own=self._owner == threading.get_ident()))
         self._owner = threading.get_ident()
         try:
             if self._closed:

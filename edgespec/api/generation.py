@@ -8,13 +8,12 @@ cancel meant for one request can never stop the next one. `close()` (or
 leaving a `with` block) releases the engine at once, restoring its caches; so
 does dropping the handle unfinished (a `break` out of a `for` loop over it): the
 events it runs refer to it weakly, so nothing but the caller keeps it alive and
-it is closed as soon as the caller lets go of it. One kept in a variable and left is closed
-by the next call of the thread that read it (`close_own_stream`).
+it is closed as soon as the caller lets go of it. One kept in a variable holds the engine
+until it is exhausted or closed: another call waits for it (it may be read on in another thread).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -47,13 +46,3 @@ class Generation(Iterator[StreamEvent]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def close_own_stream(running: Generation | None, owner: int | None) -> None:
-    """Close the stream holding an engine if this thread holds it: a thread that asks the engine
-    for something else is not iterating its stream now, so waiting for the lock would time out
-    (`gen = engine.stream(...)`, a `break`, then another request). Iterated later, it has no
-    more events."""
-    if running is not None and owner == threading.get_ident():
-        with contextlib.suppress(ReferenceError, ValueError):  # dropped meanwhile; or asked from inside it
-            running.close()

@@ -86,7 +86,7 @@ class IsolatedEngine(Engine):
         self._backoff_s = backoff_s
         self._lock = threading.Lock()
         self._running: Generation | None = None
-        self._owner: int | None = None  # the thread holding the lock
+        self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
         self._closed = False
         self._ids = itertools.count(1)
         self._state = "starting"

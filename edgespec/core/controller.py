@@ -5,7 +5,7 @@ A controller has two methods: `plan(lag, proposal)` before a step, which returns
 transformers' CandidateGenerator). `FixedK` plans one K; K = 0 is plain decoding.
 
 `AdaptiveK` maximises expected tokens per second from what it measures on
-this machine (DESIGN.md, "The K controller"):
+this machine (docs/controller.md):
 
     E(K)     = 1 + sum_{j<=K} prod_{i<=j} alpha_i     (alpha_i: acceptance at position i,
                                                        given the earlier ones were accepted)

@@ -100,7 +100,7 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
         draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
         check_reachable(o.rpc, known=_rpc_in_use())
     n_ctx = min(o.n_ctx, t_info.context_length or o.n_ctx)  # llama.cpp makes no larger a context
-    if n_ctx < o.n_ctx:
+    if n_ctx < o.n_ctx != defaults.N_CTX:  # (a model trained for less gets its own without a word)
         warnings.append(f"n_ctx {o.n_ctx} is more than {t_info.path.name} was trained for; the context holds {n_ctx}")
     memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 

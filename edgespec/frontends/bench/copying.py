@@ -186,7 +186,17 @@ def _native_round(
         add(f"llama_chained_{n_max}", one)
 
 
+FAMILIES = {  # the columns a "best of" is over: every one must have run, or it reads n/a
+    "llama_ngram": [f"llama_{t}" for t in NGRAM_TYPES],
+    "llama_chained": [f"llama_chained_{n}" for n in CHAINED_N_MAX],
+}
+
+
 def _best(cell: dict, prefix: str) -> float:
+    """The best of a family of llama.cpp columns; 0.0 (n/a) where one of them has no run (a failed
+    run would make the best of the rest an easier bar)."""
+    if any(not isinstance(cell.get(col), float) for col in FAMILIES.get(prefix, [])):
+        return 0.0
     return max((v for k, v in cell.items() if k.startswith(prefix) and isinstance(v, float)), default=0.0)
 
 
@@ -258,7 +268,8 @@ def target_ratios(cells: list[dict]) -> list[dict]:
             ratios = [a / b for a, b in pairs if a and b]
             value = statistics.median(ratios) if len(ratios) == len(pairs) else None
             bar = least.get(temp)
-            whole = prose or len(pairs) == len(PROMPTS) - len(PROSE)  # a copy bar is over all the copy prompts
+            ran = {c["prompt"] for c in cells if c["temperature"] == temp}
+            whole = prose or ran >= set(PROMPTS) - PROSE  # a copy bar is over all the copy prompts
             met = None if value is None or bar is None or not whole else value >= bar
             out.append(
                 {

@@ -59,8 +59,7 @@ def attempt(call: Any, *args: Any, **kwargs: Any) -> dict | None:
     try:
         return call(*args, **kwargs)  # type: ignore[no-any-return]
     except NativeError as err:
-        log.warning("a llama.cpp run failed, its column is missing a run: %s", err)
-        print(f"  llama.cpp run failed (column kept without it): {err}", file=sys.stderr, flush=True)
+        print(f"  llama.cpp run failed (its column goes without it): {err}", file=sys.stderr, flush=True)
         return None
 
 

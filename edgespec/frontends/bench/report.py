@@ -1,6 +1,6 @@
 """Turn a bench result (bench.json) into the Markdown table and the PNG chart.
 
-Ratios are between figures measured in the same run. "Ideal" is DESIGN.md's
+Ratios are between figures measured in the same run. "Ideal" is docs/controller.md's
 formula fed with the costs this run measured: acceptance a (solved from the
 mean tokens per step), draft cost per token c_d, verify cost v(K+1) and v(1):
 ideal = E(K) * v(1) / (K * c_d + v(K+1)), with no Python time at all.

@@ -302,7 +302,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads,
             repeats=1,  # the cells run it again, interleaved
         )
-    save = lambda: (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))  # noqa: E731
+
+    def save() -> None:  # each section kept as it ends: a later failure loses only what was running
+        (out / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+
     if args.lookup_prompts:
         result["lookup"] = lookup_cells(
             (target, draft),
@@ -314,7 +317,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads,
             log=_log,
         )
-        save()  # each section kept as it ends: a later failure loses only what was running
+        save()
     if not args.only_lookup:
         # prompt lookup off: FixedK drafts from the model alone, so adaptive does too (the K
         # controller judged against fixed K; the hybrid has the prompt-lookup section)
