@@ -86,9 +86,15 @@ def test_a_failed_llama_cpp_run_leaves_its_column_short_not_the_bench_lost() -> 
             return {"tokens_per_s": 60.0}
 
     runs: dict = {}
-    _native_round(Native(), runs, (Path("t"), Path("d")), "text", 10, 0.0, 8, 1, None)
-    assert "llama_ngram-mod" not in runs and runs["llama_ngram-simple"] == [{"tokens_per_s": 60.0}]
-    assert runs["llama_plain"] and runs["llama_chained_4"]
+    failed: set[str] = set()
+    native = Native()
+    calls = []
+    native.run_speculative_simple = lambda *a, _f=native.run_speculative_simple, **k: calls.append(k) or _f(*a, **k)
+    for _ in range(3):  # three rounds of one cell
+        _native_round(native, runs, (Path("t"), Path("d")), "text", 10, 0.0, 8, 1, None, failed)
+    assert "llama_ngram-mod" not in runs and runs["llama_ngram-simple"] == [{"tokens_per_s": 60.0}] * 3
+    assert len(runs["llama_plain"]) == 3 and len(runs["llama_chained_4"]) == 3
+    assert [k["spec_type"] for k in calls].count("ngram-mod") == 1  # a failed column is not run again in the cell
 
 
 def test_a_best_of_with_a_column_missing_and_a_prompt_run_twice_are_not_judged() -> None:

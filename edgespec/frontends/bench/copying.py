@@ -17,6 +17,8 @@ in every column: above T = 0 the edgespec columns then decode the same answer.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,12 +132,13 @@ def lookup_cells(
             depth = len(engines["plain"].tokenize(messages))
             for temp in temps:
                 runs: dict[str, list[dict]] = {}
+                failed: set[str] = set()  # llama.cpp columns that failed in this cell
                 for r in range(repeats):
                     seed = 1234 + r
                     for col, eng in engines.items():
                         runs.setdefault(col, []).append(_once(eng, messages, temp, col != "plain", tokens, seed))
                     if native is not None:
-                        _native_round(native, runs, paths, text, depth, temp, tokens, seed, threads)
+                        _native_round(native, runs, paths, text, depth, temp, tokens, seed, threads, failed)
                 cell = {"prompt": name, "temperature": temp}
                 cell.update({col: statistics.median(x["tokens_per_s"] for x in xs) for col, xs in runs.items()})
                 cell["hybrid_sources"] = runs["hybrid"][-1]["sources"]
@@ -161,29 +164,33 @@ def _native_round(
     n: int,
     seed: int,
     threads: int | None,
+    failed: set[str],
 ) -> None:
     target, draft = paths
 
-    def add(column: str, one: dict | None) -> None:
-        if one is not None:  # a failed llama.cpp run: the column goes without it (attempt)
+    def add(column: str, run: Callable[[], dict]) -> None:
+        if column in failed:  # failed once in this cell: a hang costs its timeout once, not every round
+            return
+        one = attempt(run)
+        if one is None:  # the column goes without it (attempt)
+            failed.add(column)
+        else:
             runs.setdefault(column, []).append(one)
 
     # llama.cpp's plain decoding after the prompt (what every other column decodes after),
     # and from an empty context as llama-bench reports by default (faster: less to attend over)
-    add("llama_plain", attempt(native.run_llama_bench, target, n_gen=n, threads=threads, repeats=1, depth=depth))
-    add("llama_plain_empty", attempt(native.run_llama_bench, target, n_gen=n, threads=threads, repeats=1))
+    add("llama_plain", partial(native.run_llama_bench, target, n_gen=n, threads=threads, repeats=1, depth=depth))
+    add("llama_plain_empty", partial(native.run_llama_bench, target, n_gen=n, threads=threads, repeats=1))
     for spec_type in NGRAM_TYPES:
-        one = attempt(
+        add(f"llama_{spec_type}", partial(
             native.run_speculative_simple, target, None, text, n_predict=n, temperature=temp, n_max=16, seed=seed,
             threads=threads, spec_type=spec_type,
-        )  # fmt: skip
-        add(f"llama_{spec_type}", one)
+        ))  # fmt: skip
     for n_max in CHAINED_N_MAX:
-        one = attempt(
+        add(f"llama_chained_{n_max}", partial(
             native.run_speculative_simple, target, draft, text, n_predict=n, temperature=temp, n_max=n_max,
             seed=seed, threads=threads, spec_type="ngram-mod,draft-simple",
-        )  # fmt: skip
-        add(f"llama_chained_{n_max}", one)
+        ))  # fmt: skip
 
 
 FAMILIES = {  # the columns a "best of" is over: every one must have run, or it reads n/a

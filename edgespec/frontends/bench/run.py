@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,7 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
         text = engine.chat_text([{"role": "user", "content": prompt}])
         for temp in (float(t) for t in _names(args.temps)):
             runs: dict[tuple[str, str], list[dict]] = {}
+            failed: set[tuple[str, str]] = set()  # llama.cpp columns that failed in this cell
             for r in range(args.repeats):
                 seed = 1234 + r
                 for k in ks:
@@ -117,19 +119,24 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
                     runs.setdefault(("edgespec", str(k)), []).append(one)
                 one = _edgespec_once(engine, prompt, temp, None, True, args.tokens, seed)
                 runs.setdefault(("edgespec", "adaptive"), []).append(one)
+                columns = []
                 if native is not None:
-                    tried = attempt(
+                    bench = partial(
                         native.run_llama_bench, paths[0], n_gen=args.tokens, threads=args.threads, repeats=1
                     )
-                    if tried is not None:  # a failed llama.cpp run: the column goes without it
-                        runs.setdefault(("native_plain", ""), []).append(tried)
+                    columns.append((("native_plain", ""), bench))
                 for n_max in n_maxes:
-                    tried = attempt(
+                    spec = partial(
                         native.run_speculative_simple, paths[0], paths[1], text, n_predict=args.tokens,
                         temperature=temp, n_max=n_max, seed=seed, threads=args.threads,
                     )  # fmt: skip
-                    if tried is not None:
-                        runs.setdefault(("native_spec", str(n_max)), []).append(tried)
+                    columns.append((("native_spec", str(n_max)), spec))
+                for column, run in columns:
+                    tried = None if column in failed else attempt(run)  # failed once here: not again in the cell
+                    if tried is None:  # a failed llama.cpp run: the column goes without it
+                        failed.add(column)
+                    else:
+                        runs.setdefault(column, []).append(tried)
             cell: dict[str, Any] = {"prompt": name, "temperature": temp, "edgespec": {}, "native_spec": {}}
             for (kind, key), xs in runs.items():
                 if kind == "native_plain":
