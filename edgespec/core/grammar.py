@@ -18,6 +18,7 @@ is native code, but it holds no model and does no I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -38,14 +39,7 @@ def compile_grammar(*, json_schema: Any = None, lark: str | None = None, regex: 
     if sum(given) != 1:
         raise EdgespecError("give exactly one of json_schema, grammar (Lark) or regex")
     if json_schema is not None:
-        text = _schema_text(json_schema)
-        # compact JSON (no runs of whitespace between items): what clients expect, and a small
-        # model cannot pad its answer with newlines until max_tokens runs out
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
-        except ValueError as err:
-            raise EdgespecError(f"the JSON schema cannot be used: {_reason(str(err))}") from None
-        return _checked(grammar, "JSON schema")
+        return _compiled("JSON schema", _schema_text(json_schema))
     for name, value in (("grammar", lark), ("regex", regex)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             shown = f"{type(value).__name__} {str(value)[:40]!r}"
@@ -53,9 +47,27 @@ def compile_grammar(*, json_schema: Any = None, lark: str | None = None, regex: 
     if lark is not None:
         if len(lark) > MAX_SCHEMA_CHARS:
             raise EdgespecError(f"the grammar is {len(lark)} characters; the limit is {MAX_SCHEMA_CHARS}")
-        return _checked(llguidance.LLMatcher.grammar_from_lark(lark), "grammar")
+        return _compiled("grammar", lark)
     assert regex is not None
-    return _checked(llguidance.LLMatcher.grammar_from_regex(regex), "regular expression")
+    return _compiled("regular expression", regex)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(what: str, text: str) -> str:
+    """One source's grammar, checked; kept for the next request that asks the same (a server checks a
+    request's schema before it queues and the engine again; tools compile each function, then all)."""
+    if what == "JSON schema":
+        # compact JSON (no runs of whitespace between items): what clients expect, and a small
+        # model cannot pad its answer with newlines until max_tokens runs out
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
+        except ValueError as err:
+            raise EdgespecError(f"the JSON schema cannot be used: {_reason(str(err))}") from None
+    elif what == "grammar":
+        grammar = llguidance.LLMatcher.grammar_from_lark(text)
+    else:
+        grammar = llguidance.LLMatcher.grammar_from_regex(text)
+    return _checked(grammar, what)
 
 
 def _schema_text(schema: Any) -> str:

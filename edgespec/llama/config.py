@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import defaults
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, require_integer
 from .ggml_types import QUANTIZE_FTYPES
 from .rpc import parse_endpoints
 
@@ -245,9 +245,9 @@ def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntr
 
 def check_threads(threads: object, name: str = "threads") -> None:
     """None (the physical cores) or 1..MAX_THREADS; anything else is one ConfigError line."""
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS
-    ):
+    if threads is not None:
+        require_integer(name, threads)
+    if threads is not None and not 1 <= threads <= MAX_THREADS:  # type: ignore[operator]
         raise ConfigError(f"{name} must be 1..{MAX_THREADS}, got {threads!r} (leave it out for the physical cores)")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import defaults
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, require_integer
 from ..core.info import EngineInfo, GpuOffload
 from .config import MIN_N_CTX, check_threads, load_config
 from .gguf_file import describe, read_gguf
@@ -58,7 +58,8 @@ class LoadOptions:
 
     def __post_init__(self) -> None:  # before a child is started or a file read
         check_threads(self.threads)
-        if not isinstance(self.n_ctx, int) or isinstance(self.n_ctx, bool) or self.n_ctx < MIN_N_CTX:
+        require_integer("n_ctx", self.n_ctx)
+        if self.n_ctx < MIN_N_CTX:
             raise ConfigError(f"n_ctx must be at least {MIN_N_CTX} tokens (got {self.n_ctx!r})")
 
 

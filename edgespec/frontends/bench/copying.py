@@ -169,13 +169,7 @@ def _native_round(
     target, draft = paths
 
     def add(column: str, run: Callable[[], dict]) -> None:
-        if column in failed:  # failed once in this cell: a hang costs its timeout once, not every round
-            return
-        one = attempt(run)
-        if one is None:  # the column goes without it (attempt)
-            failed.add(column)
-        else:
-            runs.setdefault(column, []).append(one)
+        attempt(runs, failed, column, run)  # a failed run: the column goes without it
 
     # llama.cpp's plain decoding after the prompt (what every other column decodes after),
     # and from an empty context as llama-bench reports by default (faster: less to attend over)

@@ -53,14 +53,19 @@ class NativeError(EdgespecError):
     """A native binary, model or build step is missing or failed."""
 
 
-def attempt(call: Any, *args: Any, **kwargs: Any) -> dict | None:
-    """One llama.cpp column's run, or None where it failed (a timeout, a crash): the column
-    reads n/a where it has no runs, and the rest of a long bench is kept."""
+def attempt(runs: dict[Any, list[dict]], failed: set[Any], column: Any, run: Callable[[], dict]) -> None:
+    """One llama.cpp column's run, added to `runs[column]`; where it fails (a timeout, a crash)
+    the column goes without it and is not run again in this cell (`failed`: a hang costs its
+    timeout once, not every round), the rest of a long bench kept."""
+    if column in failed:
+        return
     try:
-        return call(*args, **kwargs)  # type: ignore[no-any-return]
+        one = run()
     except NativeError as err:
-        print(f"  llama.cpp run failed (its column goes without it): {err}", file=sys.stderr, flush=True)
-        return None
+        failed.add(column)
+        log.error("a llama.cpp run failed, its column goes without it: %s", err)
+        return
+    runs.setdefault(column, []).append(one)
 
 
 # --------------------------------------------------------------------------- paths

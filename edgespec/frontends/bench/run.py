@@ -32,7 +32,7 @@ from edgespec.core import defaults
 from .copying import PROMPTS as COPYING_PROMPTS
 from .copying import lookup_cells
 from .native import attempt
-from .sim_bench import check_ks
+from .sim_bench import check_counts, check_ks
 from .simulate import MACHINES, PROFILES, TEXTS
 
 PROMPTS = {
@@ -132,11 +132,7 @@ def bench_cells(args: argparse.Namespace, engine: Any, paths: tuple[Path, Path],
                     )  # fmt: skip
                     columns.append((("native_spec", str(n_max)), spec))
                 for column, run in columns:
-                    tried = None if column in failed else attempt(run)  # failed once here: not again in the cell
-                    if tried is None:  # a failed llama.cpp run: the column goes without it
-                        failed.add(column)
-                    else:
-                        runs.setdefault(column, []).append(tried)
+                    attempt(runs, failed, column, run)  # a failed run: the column goes without it
             cell: dict[str, Any] = {"prompt": name, "temperature": temp, "edgespec": {}, "native_spec": {}}
             for (kind, key), xs in runs.items():
                 if kind == "native_plain":
@@ -238,8 +234,7 @@ def _check_args(args: argparse.Namespace, cfg: Any) -> None:
             raise EdgespecError(f"{option} values must be finite and >= 0")
     if any(not 1 <= n <= defaults.K_LIMIT for n in (int(x) for x in _names(args.n_max))):
         raise EdgespecError(f"--n-max values must be between 1 and {defaults.K_LIMIT}")
-    if args.tokens < 1 or args.repeats < 1:
-        raise EdgespecError("--tokens and --repeats must be at least 1")
+    check_counts(args)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

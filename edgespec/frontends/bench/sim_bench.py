@@ -109,6 +109,11 @@ def check_ks(csv: str, plain: bool = False) -> list[int]:
     return ks
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    if args.tokens < 1 or args.repeats < 1:
+        raise EdgespecError("--tokens and --repeats must be at least 1")
+
+
 def machines(names: str) -> list[Machine]:
     known = {m.name: m for m in MACHINES}
     out: list[Machine] = []
@@ -151,8 +156,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace, clock: VirtualClock | None) -> int:
     ks = check_ks(args.ks) if args.ks else list(range(17))
-    if args.tokens < 1 or args.repeats < 1:
-        raise EdgespecError("--tokens and --repeats must be at least 1")
+    check_counts(args)
     try:
         prompts(args.texts)  # its range check, before any machine runs
     except ValueError as e:
