@@ -118,6 +118,30 @@ def test_fractional_scores_are_a_rate() -> None:
     assert acc.pooled() == pytest.approx(0.3, abs=1e-6) and acc.alpha()[0] == pytest.approx(0.3, abs=0.01)
 
 
+def test_a_scored_batch_tells_the_far_positions_how_its_runs_break() -> None:
+    # a miss every 5th token: a draft from any token is accepted at most to the next miss, so
+    # position i is accepted (given the ones before it were) 4/5, 3/4, 2/3, 1/2, then never
+    acc = Acceptance(8)
+    acc.observe_scores([1.0, 1.0, 1.0, 1.0, 0.0] * 60)
+    alpha = acc.alpha()
+    assert acc.pooled() == pytest.approx(0.8, abs=0.02)  # the pooled rate is the tokens' own
+    assert alpha[0] == pytest.approx(0.8, abs=0.02) and alpha[3] == pytest.approx(0.5, abs=0.05)
+    assert alpha[0] > alpha[1] > alpha[2] > alpha[3] > alpha[4] and alpha[4] < 0.3  # (shrunk to the pooled)
+    # the same rate in long runs: the far positions read higher than the first
+    acc = Acceptance(8)
+    acc.observe_scores(([1.0] * 16 + [0.0] * 4) * 15)
+    alpha = acc.alpha()
+    assert acc.pooled() < 0.8 and min(alpha[1:]) > 0.85
+
+
+def test_independent_scores_read_the_same_rate_at_every_position() -> None:
+    # negative control for the test above: with no runs in the text, no position stands out
+    acc = Acceptance(8)
+    rng = np.random.default_rng(2)
+    acc.observe_scores([float(rng.random() < 0.8) for _ in range(2000)])
+    assert max(acc.alpha()) - min(acc.alpha()) < 0.06  # (the last ~50 tokens' rate: DECAY)
+
+
 @pytest.mark.parametrize("rate", [0.3, 0.6, 0.9])
 def test_scored_batches_of_steady_text_raise_no_alarm(rate: float) -> None:
     # negative control for the test above: batches of the same text rarely look like a turn

@@ -16,7 +16,10 @@ While the controller decodes plainly the evidence comes as scores instead
 (`observe_scores`): each token the draft missed, scored with the probability that a
 draft of it would have been accepted. A batch is tested as a whole against the estimate
 from before it, for its worst-fitting run of recent tokens, so the first batch after
-the text turned easy moves the estimate there.
+the text turned easy moves the estimate there. The runs in a batch also tell the
+later positions (a draft from any token of it is accepted up to its next miss): on
+held-out switching text 1.107x -> 1.117x the best fixed K (min 1.089x -> 1.113x), steady
+text unchanged; on seeds 2001-2008 the medians unchanged, steady-0.6's min 0.961x -> 0.949x.
 
 After a step whose drafts were all accepted, its bonus token is scored the same way
 (`observe_bonus`): one more position tried in that step, fractionally accepted.
@@ -155,7 +158,8 @@ class Acceptance:
     def observe_scores(self, scores: Sequence[float]) -> None:
         """Tokens committed while the model did not draft, each scored with the probability
         a draft of it would have been accepted (Decoder._catch_up): the evidence a plain
-        stretch gives, each token a one-token step at the first position."""
+        stretch gives, each token a one-token step at the first position, and the run of
+        scores after it a draft from there would have had at the later ones (`_add_run`)."""
         # a batch is tested as a whole against the estimate from before it (no step of it has
         # pulled that estimate its way yet): its run of recent tokens that fits worst
         p = self._expected()
@@ -171,10 +175,27 @@ class Acceptance:
             self._window.clear()
             self.changes += 1
             scores = scores[len(scores) - since :]
-        for s in scores:
+        for j, s in enumerate(scores):
             self._scale(DECAY)
             self._add((1, s, ()))
+            self._add_run(scores, j)
             self._window.append((1, s, ()))
+
+    def _add_run(self, scores: Sequence[float], j: int) -> None:
+        """The positions after the first of the draft a step would have made from token j of a
+        scored batch: position i tried with the chance the ones before it were all accepted,
+        accepted with that chance times its score (at T = 0: the run of the draft's argmax up
+        to its first miss). A plain stretch so tells the far positions too, as drafting steps
+        do. They stay out of the pooled counts: the runs from neighbouring tokens overlap, so
+        they are one token's evidence many times over, and the change test would trust them."""
+        self._alpha = None
+        run, i = scores[j], 1
+        while i < len(self.tried) and j + i < len(scores) and run > 0.0:
+            got = run * scores[j + i]
+            self.tried[i] += run
+            self.accepted[i] += got
+            run, i = got, i + 1
+        self.depth = max(self.depth, i)
 
     def _step(self, step: tuple[int, float, tuple[float, ...]]) -> None:
         p = self._expected()
