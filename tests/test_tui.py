@@ -449,6 +449,13 @@ def test_chat_subcommand_takes_run_options() -> None:
     assert args.pair == "demo" and callable(args.func)
 
 
+def test_a_chat_reply_runs_to_its_end_unless_max_tokens_says_less_and_help_says_so() -> None:
+    assert ChatOptions.from_args(parser().parse_args(["chat"])).max_tokens is None
+    chat = add_parser(argparse.ArgumentParser().add_subparsers())
+    help_text = " ".join(chat.format_help().split())
+    assert "until the answer or the context ends" in help_text and "default None" not in help_text
+
+
 def test_chat_load_errors_propagate_as_edgespec_errors() -> None:
     args = parser().parse_args(["chat", "--draft", "x.gguf"])
     with pytest.raises(EdgespecError, match="--draft needs --target"):

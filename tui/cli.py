@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
     )
     add_model_args(p)
     add_isolation_arg(p)
-    add_sampling_args(p)
+    add_sampling_args(p, max_tokens=None)  # a reply runs to the end of the answer (or of the context)
     p.add_argument("--no-highlight", action="store_true", help="start with draft/target colouring off")
     g = p.add_argument_group("saved chats (in $EDGESPEC_HOME/chats/)")
     g.add_argument(
@@ -41,8 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # t
         metavar="ID",
         help="continue a saved chat: the most recent, or the one with this id",
     )
-    # a reply runs to the end of the answer (or of the context) unless --max-tokens says less
-    p.set_defaults(func=cmd_chat, max_tokens=None)
+    p.set_defaults(func=cmd_chat)
     return p
 
 

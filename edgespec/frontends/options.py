@@ -50,9 +50,16 @@ def add_isolation_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
+def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int | None = defaults.MAX_TOKENS) -> None:
+    """Sampling options; `max_tokens` None: an answer runs until it ends (or the context does)."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=defaults.MAX_TOKENS, help="(default %(default)s)")
+    until = "default: until the answer or the context ends"
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        help="tokens an answer may have at most (" + ("default %(default)s" if max_tokens else until) + ")",
+    )
     g.add_argument("--temperature", type=float, default=defaults.TEMPERATURE, help="0 = greedy (default %(default)s)")
     g.add_argument("--top-k", type=int, default=defaults.TOP_K, help="0 = off (default %(default)s)")
     g.add_argument("--top-p", type=float, default=defaults.TOP_P, help="1 = off (default %(default)s)")
