@@ -59,6 +59,8 @@ def test_engine_without_a_draft_model_speculates_by_lookup_unless_told_not_to() 
     assert res.stats.speculative and res.stats.n_drafted > 0
     plain = eng.generate("t5 t9 t13 t5 t9 t13 t5 t9", temperature=0, max_tokens=40, speculative=False)
     assert not plain.stats.speculative and plain.stats.n_drafted == 0 and plain.tokens == res.tokens
+    zero = eng.generate("t5 t9 t13 t5 t9 t13 t5 t9", temperature=0, max_tokens=40, k=0)  # K = 0 is plain decoding
+    assert not zero.stats.speculative and zero.stats.n_drafted == 0 and zero.tokens == res.tokens
     off = make_engine(draft=False, lookup=False)
     assert not off.can_speculate
     assert not off.generate("t5 t9", temperature=0, max_tokens=10).stats.speculative

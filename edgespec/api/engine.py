@@ -262,7 +262,7 @@ class Engine:
         check_params(params, max_tokens, k, logprobs)
         tokens = self.tokenize(prompt, raw=raw, tools=tools)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        spec = speculative and self.can_speculate
+        spec = speculative and self.can_speculate and (self.default_k if k is None else k) != 0  # K = 0: plain
         matcher = self._grammar(compiled) if compiled is not None else None
         return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs, matcher))
 
