@@ -353,4 +353,5 @@ def test_cancel_stops_a_long_prefill_between_chunks() -> None:
     steps = list(decode(dec, prompt, GREEDY, FixedK(4), max_tokens=10, rng=np.random.default_rng(0), cancel=cancel))
     assert steps[-1].finish_reason == "cancelled" and steps[-1].stats.n_generated == 0
     assert len(target.evals) == 1  # one 512-token chunk, not the whole prompt
+    assert steps[-1].stats.n_prefilled == target.evals[0][1]  # what was evaluated, and no more
     assert dec.target.tokens == prompt[: len(dec.target.tokens)] and target.kv == dec.target.tokens

@@ -109,7 +109,7 @@ class Decoder:
         self._set_heads(req)
         t0 = time.perf_counter()
         try:
-            stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel) + 1
+            stats.n_prefilled = self.target.sync(self.committed[:-1], req.cancel)
             if draft is not None and req.controller.drafting():
                 draft.sync(self.committed[:-1], req.cancel)
             elif draft is not None:  # not needed yet: it reads the rest when it is (a lag)

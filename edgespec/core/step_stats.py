@@ -22,6 +22,8 @@ def account(stats: Stats, plan: Plan, o: StepOutcome, n_emit: int, busy_s: float
     """Add one step to the running stats. Accepted drafts count where they are in the answer:
     those verified past an end-of-generation token are drafted, not accepted (as a stop
     string's tail, `drop`), so accepted never exceeds the tokens generated."""
+    if not stats.steps:
+        stats.n_prefilled += 1  # the first step evaluates the prompt's last token (a cancel before it does not)
     stats.steps += 1
     stats.k = plan.k
     stats.n_generated += n_emit
