@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from textual import events
 
 from edgespec import EngineInfo, GpuOffload, PairVerdict
 from edgespec.api.engine import Engine
@@ -322,7 +323,57 @@ async def test_context_full_shows_in_the_chat_and_keeps_the_conversation() -> No
         assert app.history == kept  # the earlier turns are still there
         assert len(app.messages("assistant")) == 1
         assert app.query_one("#prompt").value == "t7 t8"  # the message is back in the box to retry
+        assert [v.text for v in app.messages("user")] == ["t5 t6"]  # its bubble went: a retry shows it once
         assert not app.generating
+
+
+async def test_a_stop_before_the_first_token_takes_no_turn() -> None:
+    engine = slow_engine()
+    engine.target.delay = 0.3  # type: ignore[attr-defined]  # a prefill long enough to stop inside
+    app = create_app(engine, options=options(max_tokens=200))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5 t6"
+        await pilot.press("enter")
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert app.last_reason == "cancelled" and app.history == []
+        assert app.messages("user") == [] and app.messages("assistant") == []
+        assert app.query_one("#prompt").value == "t5 t6"  # back in the box, to send again
+
+
+async def test_a_paste_of_several_lines_is_sent_whole() -> None:
+    app = create_app(make_engine(), options=options(max_tokens=4))
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one("#prompt")
+        prompt.value = "explain: "
+        prompt.cursor_position = len(prompt.value)
+        prompt.post_message(events.Paste("t5 t6\r\n    t7\nt8"))
+        await pilot.pause()
+        assert prompt.value == "explain: [pasted 3 lines #1]"
+        prompt.post_message(events.Paste("one line"))  # a single line goes in as it is
+        await pilot.pause()
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.history[0]["content"] == "explain: t5 t6\n    t7\nt8one line"
+        assert prompt.value == "" and prompt.pasted == {}
+
+
+async def test_an_unknown_command_stays_to_be_corrected_and_a_double_slash_sends_it() -> None:
+    app = create_app(make_engine(), options=options(max_tokens=4))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/usr/bin/env: what does it do?")
+        assert "unknown command /usr/bin/env:" in app.messages("error")[0].text and app.history == []
+        assert app.query_one("#prompt").value == "/usr/bin/env: what does it do?"
+        await send(pilot, app, "//usr/bin/env: what does it do?")
+        assert app.history[0]["content"] == "/usr/bin/env: what does it do?"
+
+
+async def test_tab_keeps_typing_in_the_prompt() -> None:
+    app = create_app(make_engine(), options=options(max_tokens=4))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("tab", "t", "5", "enter")
+        await settle(pilot, app)
+        assert app.history and app.history[0]["content"] == "t5"
 
 
 async def test_an_unexpected_failure_is_a_chat_message_too() -> None:

@@ -226,10 +226,30 @@ def test_a_failed_write_leaves_the_previous_file_whole(tmp_path: Path, monkeypat
 
 def test_list_and_resume_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert chat_main(["--list"]) == 0
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out.startswith(f"no saved chats in {chats_dir()}")
     ChatFile(chats_dir(), model="m").save([{"role": "user", "content": "why is the sky blue at noon"}])
     assert chat_main(["--list"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(find_chat(None).id) and "why is the sky blue" in line
     assert chat_main(["--resume", "no-such-chat"]) == 2
     assert "no saved chat with id 'no-such-chat'" in capsys.readouterr().err
+
+
+def test_a_chat_file_that_cannot_be_read_is_named_not_denied(capsys: pytest.CaptureFixture[str]) -> None:
+    chats_dir().mkdir(parents=True, exist_ok=True)
+    (chats_dir() / "20991231-000000-bad0.json").write_text("{bad json")
+    assert chat_main(["--list"]) == 0
+    out = capsys.readouterr()
+    assert "no saved chats" in out.out and "20991231-000000-bad0.json cannot be read" in out.err
+    assert chat_main(["--resume", "20991231"]) == 2
+    err = capsys.readouterr().err
+    assert "20991231-000000-bad0.json cannot be read (JSONDecodeError" in err and "fix or remove" in err
+
+
+def test_a_home_that_is_a_file_is_one_line_for_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "file"))
+    assert chat_main(["--list"]) == 2
+    assert "is not a folder" in capsys.readouterr().err

@@ -11,7 +11,6 @@ in progress; `options.resume` continues a saved chat.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,14 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
-from edgespec import EdgespecError, Generation, Segment
+from edgespec import EdgespecError, Generation
 
+from . import messages
 from .options import ChatOptions, psutil_reader
-from .store import ChatFile
+from .prompt import PromptInput
+from .store import ChatFile, markdown_path, write_file
 from .text import gpu_line, stats_line, to_markdown, visible
 from .widgets import InfoScreen, MessageView, StatusBar
 
@@ -51,23 +51,11 @@ class ChatApp(App[None]):
         Binding("ctrl+o", "info", "Info"),
         Binding("ctrl+s", "save", "Save"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("pageup", "scroll(-1)", show=False),  # the chat scrolls while the prompt keeps the focus
+        Binding("pagedown", "scroll(1)", show=False),
     ]
 
-    # -- messages from the generation thread -------------------------------------------
-    class Step(Message):
-        def __init__(self, gen: int, segments: list[Segment], stats: Any) -> None:
-            super().__init__()
-            self.gen, self.segments, self.stats = gen, segments, stats
-
-    class Finished(Message):
-        def __init__(self, gen: int, reason: str | None, stats: Any) -> None:
-            super().__init__()
-            self.gen, self.reason, self.stats = gen, reason, stats
-
-    class Failed(Message):
-        def __init__(self, gen: int, error: str) -> None:
-            super().__init__()
-            self.gen, self.error = gen, error
+    Step, Finished, Failed = messages.Step, messages.Finished, messages.Failed  # from the generation thread
 
     def __init__(self, engine: Any, options: ChatOptions | None = None) -> None:
         super().__init__()
@@ -98,7 +86,7 @@ class ChatApp(App[None]):
         yield Header()
         yield Static(id="warnings")
         yield VerticalScroll(id="chat")
-        yield Input(placeholder="Ask something (Enter sends, /save PATH, /new)", id="prompt")
+        yield PromptInput(placeholder="Ask something (Enter sends, /save PATH, /new)", id="prompt")
         yield StatusBar(id="status")
         yield Footer()
 
@@ -107,7 +95,8 @@ class ChatApp(App[None]):
         # info) is on top or the app is closing, and a query only searches the current screen
         self._status = self.query_one("#status", StatusBar)
         self._chat = self.query_one("#chat", VerticalScroll)
-        self._prompt = self.query_one("#prompt", Input)
+        self._prompt = self.query_one("#prompt", PromptInput)
+        self._chat.can_focus = False  # typing always reaches the prompt (Tab had moved the focus to the chat)
         self._warnings = self.query_one("#warnings", Static)
         self.sub_title = visible(self.engine.name or "")
         self.status.set(
@@ -131,8 +120,7 @@ class ChatApp(App[None]):
             for m in self.history:
                 self.add_message(m["role"], m["content"])
             self.add_message("note", f"resumed chat {self.options.resume.id}")
-            self._prompt.value = self._unanswered  # it got no reply: Enter sends it again
-            self._prompt.cursor_position = len(self._unanswered)
+            self._prompt.set_text(self._unanswered)  # it got no reply: Enter sends it again
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -184,18 +172,18 @@ class ChatApp(App[None]):
     # -- sending ------------------------------------------------------------------------
     @on(Input.Submitted, "#prompt")
     def submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
+        text = self._prompt.text().strip()
         if not text:
             return
-        if text.startswith("/"):
-            event.input.value = ""
-            self.command(text)
+        if text.startswith("/") and not text.startswith("//"):
+            if self.command(text):
+                self._prompt.clear()  # an unknown command stays to be corrected
             return
         if self.generating:
             self.notify("still generating: Esc stops it", severity="warning")
             return
-        event.input.value = ""
-        self.send(text)
+        self._prompt.clear()
+        self.send(text[1:] if text.startswith("//") else text)
 
     def send(self, text: str) -> None:
         self.add_message("user", text)
@@ -263,9 +251,12 @@ class ChatApp(App[None]):
         meta = stats_line(message.stats, timings=self.options.timings) if message.stats else ""
         if message.reason in notes:
             meta = f"[{notes[message.reason]}] {meta}"
-        reply.set_meta(meta)
-        if self._pending_user is not None:
-            self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
+        if message.reason == "cancelled" and not reply.text:
+            self._hand_back(reply)  # stopped before its first token: no turn was taken
+        else:
+            reply.set_meta(meta)
+            if self._pending_user is not None:
+                self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
         self.persist(self.history)
         self._done(message.stats)
 
@@ -284,14 +275,19 @@ class ChatApp(App[None]):
             reply.set_meta("[error]")
             self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
         elif reply is not None:
-            reply.remove()
-            prompt = self._prompt
-            if not prompt.value and self._pending_user is not None:
-                prompt.value = self._pending_user["content"]  # the turn was not taken: edit and retry
-                prompt.cursor_position = len(prompt.value)  # typing and pasting go on from its end
+            self._hand_back(reply)
         self.add_message("error", message.error)
         self.persist(self.history)
         self._done(None)
+
+    def _hand_back(self, reply: MessageView) -> None:
+        """A turn not taken (an error, a stop before the first token): its two bubbles go, and its
+        message goes back into the prompt, to edit and send again (a retry is then shown once)."""
+        reply.remove()
+        if mine := self.messages("user"):
+            mine[-1].remove()
+        if not self._prompt.value and self._pending_user is not None:
+            self._prompt.set_text(self._pending_user["content"])
 
     def _done(self, stats: Any) -> None:
         self.generating = False
@@ -303,7 +299,8 @@ class ChatApp(App[None]):
         self.chat.scroll_end(animate=False)
 
     # -- commands -------------------------------------------------------------------------
-    def command(self, text: str) -> None:
+    def command(self, text: str) -> bool:
+        """Run a /command; False for an unknown one (//text sends a message that starts with /)."""
         name, _, arg = text.partition(" ")
         if name == "/save":
             self.save(arg.strip() or None)
@@ -312,24 +309,17 @@ class ChatApp(App[None]):
         elif name == "/info":
             self.action_info()
         else:
-            self.add_message("error", f"unknown command {name}: try /save PATH, /new or /info")
+            self.add_message("error", f"unknown command {name}: try /save PATH, /new or /info, or //text to send it")
+            return False
+        return True
 
     def save(self, path: str | None = None) -> Path | None:
-        if path is None:
-            target = self.options.save_dir / f"edgespec-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
-        else:
-            target = Path(path).expanduser()
-            if not target.is_absolute():
-                target = self.options.save_dir / target
+        target = markdown_path(path, self.options.save_dir)
         if not self.history:
             self.add_message("error", "nothing to save yet")
             return None
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(
-                to_markdown(self.history, name=self.engine.name, settings=self.settings_text()),
-                encoding="utf-8",
-            )
+            write_file(target, to_markdown(self.history, name=self.engine.name, settings=self.settings_text()))
         except OSError as err:
             self.add_message("error", f"could not save to {target}: {err.strerror or err}")
             return None
@@ -383,6 +373,9 @@ class ChatApp(App[None]):
         t = round(min(T_MAX, max(0.0, self.temperature + direction * T_STEP)), 2)
         self.temperature = t
         self.status.set(temperature=t)
+
+    def action_scroll(self, pages: int) -> None:
+        self.chat.scroll_page_down() if pages > 0 else self.chat.scroll_page_up()
 
     def action_info(self) -> None:
         self.push_screen(InfoScreen(self.engine))

@@ -49,11 +49,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from edgespec.frontends.options import engine_from_args
 
     from .app import ChatOptions, create_app
-    from .store import chats_dir, find_chat, list_chats
+    from .store import chats_dir, find_chat, list_chats, unreadable
 
     if args.list:
-        for chat in list_chats():
+        chats = list_chats()
+        for chat in chats:
             print(chat.summary())
+        for chat_id, why in unreadable().items():
+            print(f"edgespec: the saved chat {chats_dir() / chat_id}.json cannot be read ({why})", file=sys.stderr)
+        if not chats:
+            print(f"no saved chats in {chats_dir()}; start one with `edgespec chat`")
         return 0
     resume = find_chat(args.resume or None) if args.resume is not None else None  # before minutes of loading
     engine = engine_from_args(args, isolated=not args.in_process)  # model preparation reports on stderr

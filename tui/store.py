@@ -79,9 +79,20 @@ class ChatFile:
 
 
 def list_chats(directory: Path | None = None) -> list[SavedChat]:
-    """Saved chats, the most recently updated first (unreadable files are skipped)."""
-    directory = directory or chats_dir()
-    chats = []
+    """Saved chats, the most recently updated first (unreadable files are skipped: `unreadable`)."""
+    return _read(directory or chats_dir())[0]
+
+
+def unreadable(directory: Path | None = None) -> dict[str, str]:
+    """The chat files that could not be read, id -> why (a bad edit, a disk error)."""
+    return _read(directory or chats_dir())[1]
+
+
+def _read(directory: Path) -> tuple[list[SavedChat], dict[str, str]]:
+    there = next(d for d in (directory, *directory.parents) if d.exists())  # the nearest that exists
+    if not there.is_dir():
+        raise EdgespecError(f"{there} is not a folder, so {directory} cannot hold chats; set EDGESPEC_HOME to a folder")
+    chats, bad = [], {}
     for path in directory.glob("*.json"):
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
@@ -89,24 +100,45 @@ def list_chats(directory: Path | None = None) -> list[SavedChat]:
             chat = SavedChat(
                 path.stem, messages, str(raw.get("model", "")), raw.get("created", ""), raw.get("updated", "")
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            bad[path.stem] = f"{type(err).__name__}: {err}"
             continue
         chats.append(chat)
-    return sorted(chats, key=lambda c: (c.updated, c.id), reverse=True)
+    return sorted(chats, key=lambda c: (c.updated, c.id), reverse=True), bad
 
 
 def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
     """The chat `chat_id` (or a unique start of it); None: the most recent."""
-    chats = list_chats(directory)
+    directory = directory or chats_dir()
+    chats, bad = _read(directory)
+    if chat_id is not None:
+        found = [c for c in chats if c.id == chat_id] or [c for c in chats if c.id.startswith(chat_id)]
+        broken = [i for i in bad if i == chat_id] or [i for i in bad if i.startswith(chat_id)]
+        if not found and len(broken) == 1:
+            path = directory / f"{broken[0]}.json"
+            raise EdgespecError(f"the saved chat {path} cannot be read ({bad[broken[0]]}); fix or remove the file")
     if not chats:
-        raise EdgespecError(f"no saved chats in {directory or chats_dir()}; start one with `edgespec chat`")
+        raise EdgespecError(f"no saved chats in {directory}; start one with `edgespec chat`")
     if chat_id is None:
         return chats[0]
-    found = [c for c in chats if c.id == chat_id] or [c for c in chats if c.id.startswith(chat_id)]
     if len(found) != 1:
         what = "no saved chat" if not found else f"{len(found)} saved chats"
         raise EdgespecError(f"{what} with id {chat_id!r}; `edgespec chat --list` shows them")
     return found[0]
+
+
+def markdown_path(path: str | None, save_dir: Path) -> Path:
+    """Where `/save PATH` writes: PATH (a relative one under `save_dir`), else a dated name there."""
+    if path is None:
+        return save_dir / f"edgespec-chat-{datetime.now():%Y%m%d-%H%M%S}.md"
+    target = Path(path).expanduser()
+    return target if target.is_absolute() else save_dir / target
+
+
+def write_file(target: Path, text: str) -> None:
+    """Write `text` to `target`, making its folders; OSError when the disk says no."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
 
 
 def _now() -> str:
