@@ -229,6 +229,14 @@ async def test_toggle_speculation_between_replies() -> None:
         assert app.last_stats.speculative is True and app.last_stats.n_drafted > 0
 
 
+async def test_k_0_reads_as_plain_decoding_in_the_status_bar() -> None:
+    app = create_app(make_engine(), options=options(k=0))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "t5")
+        assert "spec OFF" in app.status.content.plain and "K=0" not in app.status.content.plain
+        assert not app.last_stats.speculative
+
+
 async def test_toggle_speculation_without_a_draft_or_lookup_says_so() -> None:
     app = create_app(make_engine(draft=False, lookup=False), options=options())
     async with app.run_test(size=SIZE, notifications=True) as pilot:

@@ -121,9 +121,8 @@ class StatusBar(Static):
         if not self.has_draft and not self.lookup:
             spec = "spec n/a (no draft, lookup off)"
         else:
-            spec = f"spec {'ON' if self.speculative else 'OFF'}"
-            if self.speculative:
-                spec += f" K={'auto' if self.k is None else self.k}"
+            on = self.speculative and self.k != 0  # --k 0 decodes plainly
+            spec = f"spec {'ON' if on else 'OFF'}" + (f" K={'auto' if self.k is None else self.k}" if on else "")
         out.append(f"{spec} · T={self.temperature:.2f} · ")
         if self.highlight:
             if self.has_draft:
