@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -336,13 +337,20 @@ async def test_context_full_shows_in_the_chat_and_keeps_the_conversation() -> No
 
 
 async def test_a_stop_before_the_first_token_takes_no_turn() -> None:
-    engine = slow_engine()
-    engine.target.delay = 0.3  # type: ignore[attr-defined]  # a prefill long enough to stop inside
+    gate = threading.Event()  # the target's evals wait for it: the prefill is still running at Esc
+
+    class Gated(FakeModel):
+        def eval(self, tokens, pos, logits_from=None):
+            gate.wait(10)
+            return super().eval(tokens, pos, logits_from)
+
+    engine = Engine(Gated(n_ctx=4096), FakeModel(noise=0.5, n_ctx=4096), name="gated")  # type: ignore[arg-type]
     app = create_app(engine, options=options(max_tokens=200))
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#prompt").value = "t5 t6"
         await pilot.press("enter")
         await pilot.press("escape")
+        gate.set()
         await settle(pilot, app)
         assert app.last_reason == "cancelled" and app.history == []
         assert app.messages("user") == [] and app.messages("assistant") == []
