@@ -30,8 +30,8 @@ _FMT = {
     FLOAT64: "d",
 }
 # ggml tensor types used here: id -> (block size, bytes per block)
-F32, F16, Q4_1, Q8_0, Q2_K = 0, 1, 3, 8, 10
-_TENSOR_SIZES = {F32: (1, 4), F16: (1, 2), Q4_1: (32, 20), Q8_0: (32, 34), Q2_K: (256, 84)}
+F32, F16, Q4_1, Q8_0, Q2_K, I32 = 0, 1, 3, 8, 10, 26
+_TENSOR_SIZES = {F32: (1, 4), F16: (1, 2), Q4_1: (32, 20), Q8_0: (32, 34), Q2_K: (256, 84), I32: (1, 4)}
 BIG = 2**63
 
 KV = tuple[str, int, Any]  # (key, value type, value); arrays: (ARRAY, (elem type, list))

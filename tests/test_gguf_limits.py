@@ -7,13 +7,35 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_corpus import ARRAY, STRING, UINT32, default_tokens, gguf_bytes, small_model, u64
+from gguf_corpus import (
+    ARRAY,
+    F32,
+    FLOAT32,
+    I32,
+    Q8_0,
+    STRING,
+    UINT32,
+    default_tokens,
+    gguf_bytes,
+    small_model,
+    tokenizer_kvs,
+    u64,
+)
 
 from edgespec.core.errors import ModelFileError
 from edgespec.llama.gguf_file import describe, read_gguf
 from edgespec.llama.gguf_limits import MAX_LAYERS
 
 SPM_BYTES = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def _arch(name: str) -> bytes:
+    """A small model of architecture `name` (its keys renamed from llama's)."""
+    data = small_model().replace(u64(5) + b"llama", u64(len(name)) + name.encode())
+    for key in (b"block_count", b"context_length", b"embedding_length", b"attention.head_count"):
+        old = b"llama." + key
+        data = data.replace(u64(len(old)) + old, u64(len(name) + 1 + len(key)) + name.encode() + b"." + key)
+    return data
 
 
 def _read(tmp_path: Path, data: bytes) -> object:
@@ -54,7 +76,14 @@ def _read(tmp_path: Path, data: bytes) -> object:
         (small_model(extra=[("llama.rope.scaling.type", STRING, "bogus")]), "rope.scaling.type is 'bogus'"),
         (small_model(tokens=["a", "b", "a", *default_tokens()[3:]]), "tokens 0 and 2 are both 'a'"),
         (small_model(tokenizer={"model": "llama"}), "no token for byte 0x00"),
+        # found by a fuzz of a real model (stop 60), each a SIGABRT before
+        (small_model(tokens=["a", "b", "a\0t", *default_tokens()[3:]]), "tokens 0 and 2 are both 'a'"),
+        (small_model(extra=[("llama.attention.layer_norm_rms_epsilon", FLOAT32, -1.0)]), "epsilon is -1.0"),
+        (small_model(extra=[("llama.attention.layer_norm_rms_epsilon", FLOAT32, float("nan"))]), "epsilon is nan"),
+        (small_model(tokenizer={"model": "none"}), "tokenizer.ggml.model is 'none'"),
+        (_arch("smallthinker"), "smallthinker needs experts: expert_count 0"),
     ],
+    ids=lambda x: x[:40] if isinstance(x, str) else "",
 )
 def test_a_header_llama_cpp_would_abort_on_is_refused_in_one_line(tmp_path: Path, data: bytes, says: str) -> None:
     with pytest.raises(ModelFileError) as err:
@@ -98,3 +127,39 @@ def test_llama_cpps_own_reason_for_refusing_a_file_is_the_error_line(tmp_path: P
     assert read_gguf(path)  # well formed: llama.cpp is the one that knows its architectures
     with pytest.raises(ModelFileError, match=r"could not load .*m\.gguf: unknown model architecture: 'nolma'"):
         LlamaModel(path, n_ctx=64)
+
+
+def _header(extra: list, tensors: list, alignment: int = 32) -> bytes:
+    kvs = [("general.architecture", STRING, "llama"), ("llama.block_count", UINT32, 2)]
+    return gguf_bytes(kvs + tokenizer_kvs(default_tokens()) + extra, tensors, alignment=alignment)
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        # a key with a NUL shadows the real one in llama.cpp (its reader stops at the NUL)
+        (_header([("llama.block_count\0", UINT32, 100000)], []), "holds a NUL byte"),
+        (_header([], [("norm.weight", I32, (64,))]), "tensor 'norm.weight' has integer type I32"),
+        (_header([], [("w", F32, (576, 0, 2**62))]), "whose size overflows"),  # ggml asserts on the product
+        (_header([], [("w", Q8_0, ())]), "rows of 1 do not fill Q8_0 blocks"),  # a rank-0 tensor: no traceback
+    ],
+    ids=lambda x: x[:40] if isinstance(x, str) else "",
+)
+def test_a_tensor_table_llama_cpp_would_abort_on_is_refused_in_one_line(tmp_path: Path, data: bytes, says: str) -> None:
+    with pytest.raises(ModelFileError) as err:
+        _read(tmp_path, data)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_tensor_data_must_start_on_32_bytes_whatever_alignment_the_file_declares(tmp_path: Path) -> None:
+    seen = set()
+    for pad in range(8):  # the header's length decides where an 8-aligned data section starts
+        extra = [("general.alignment", UINT32, 8), ("x", STRING, "y" * pad)]
+        data = _header(extra, [("w", F32, (64,))], alignment=8)
+        try:
+            _read(tmp_path, data)
+            seen.add("read")
+        except ModelFileError as err:
+            assert "not a multiple of 32" in str(err)
+            seen.add("refused")
+    assert seen == {"read", "refused"}  # 32-aligned starts are fine, the others are refused

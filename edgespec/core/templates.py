@@ -2,15 +2,20 @@
 
 A template is jinja2 source that came with a downloaded file, so it renders
 only in jinja2's ImmutableSandboxedEnvironment, with its output size and
-rendering time bounded. A model without a template gets a plain ChatML-style
+rendering time bounded: the time by a trace of the template's own lines too, so a
+loop that writes nothing (`range(100000)` inside another) ends at the limit instead
+of hanging the load. A model without a template gets a plain ChatML-style
 layout (and the engine says so in its warnings).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -33,8 +38,34 @@ class TemplateRenderError(EdgespecError):
     pass
 
 
+TOO_MUCH = "the model's chat template produced too much output or took too long; pass a raw prompt (--raw) instead"
+
+
+@contextlib.contextmanager
+def _time_limit(deadline: float) -> Iterator[None]:
+    """Raise TemplateRenderError in the template's own code once `deadline` passes: a trace
+    of its lines (jinja2 compiles it to Python in files named <template>), the others'
+    calls not traced. Whatever tracer was set before (a debugger, coverage) is put back."""
+
+    def lines(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and time.monotonic() > deadline:
+            raise TemplateRenderError(TOO_MUCH)
+        return lines
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        return lines if frame.f_code.co_filename == "<template>" else None
+
+    before = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
+
+
 def _raise(msg: str) -> None:
-    raise TemplateRenderError(f"the model's chat template raised: {msg}")
+    one_line = " ".join(str(msg).split())  # an error is one line
+    raise TemplateRenderError(f"the model's chat template raised: {one_line[:300]}")
 
 
 def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False, **_: Any) -> str:
@@ -78,20 +109,19 @@ def render(
         parts: list[str] = []
         size = 0
         t0 = time.monotonic()
-        for chunk in tmpl.generate(
+        chunks = tmpl.generate(
             messages=list(messages),
             add_generation_prompt=True,
             bos_token=bos_token,
             eos_token=eos_token,
             **({"tools": list(tools)} if tools else {}),
-        ):
-            parts.append(chunk)
-            size += len(chunk)
-            if size > MAX_OUTPUT_CHARS or time.monotonic() - t0 > MAX_RENDER_S:
-                raise TemplateRenderError(
-                    "the model's chat template produced too much output or took too long; "
-                    "pass a raw prompt (--raw) instead"
-                )
+        )
+        with _time_limit(t0 + MAX_RENDER_S):
+            for chunk in chunks:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > MAX_OUTPUT_CHARS or time.monotonic() - t0 > MAX_RENDER_S:
+                    raise TemplateRenderError(TOO_MUCH)
     except TemplateRenderError:
         raise
     except Exception as err:  # the template is foreign code; any failure is the file's

@@ -30,6 +30,8 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
+TENSOR_ALIGNMENT = 32  # ggml-backend's: a tensor's data in the mapped file must start on it
+INTEGER_TYPES = ("I8", "I16", "I32", "I64")  # no weight has one: ggml's ops abort on it at the first decode
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME (64) minus the terminating NUL
 MAX_KEY_BYTES = 64 * 1024
 MAX_STRING_BYTES = 64 * 1024 * 1024  # also always bounded by the bytes left in the file
@@ -176,6 +178,8 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
             raise _bad(cur.path, f"metadata key #{i} is empty")
         if key in metadata:
             raise _bad(cur.path, f"metadata key {_clean(key)} appears twice")
+        if "\0" in key:  # llama.cpp reads a key up to its NUL: it would shadow the key before it
+            raise _bad(cur.path, f"metadata key {_clean(key)} holds a NUL byte")
         vtype = cur.u32(f"the type of {_clean(key)}")
         metadata[key] = _read_value(cur, key, vtype)
     return metadata
@@ -286,6 +290,8 @@ def _place_tensors(
         if offset != expected:
             raise _bad(path, f"tensor {label} has data offset {offset}, expected {expected}")
         start = data_offset + offset
+        if start % TENSOR_ALIGNMENT:  # the CPU backend asserts on a tensor not 32-byte aligned in memory
+            raise _bad(path, f"tensor {label} starts at byte {start}, not a multiple of {TENSOR_ALIGNMENT}")
         if n_bytes > size - start:
             raise _bad(path, f"tensor {label} data runs past the end of the file (truncated?)")
         out.append(TensorInfo(name, type_name, shape, start, n_bytes))
@@ -297,12 +303,17 @@ def _tensor_bytes(path: Path, label: str, ttype: int, shape: tuple[int, ...]) ->
     if ttype not in GGML_TYPES:
         raise _bad(path, f"tensor {label} has unknown ggml type {ttype}")
     type_name, block, type_size = GGML_TYPES[ttype]
-    n = 1
+    if type_name in INTEGER_TYPES:  # no weight is an integer: ggml's ops abort on one at the first decode
+        raise _bad(path, f"tensor {label} has integer type {type_name}")
+    n = nonzero = 1
     for d in shape:
         n *= d
-    # ggml counts elements in int64; reject shapes whose product overflows it.
-    if n >= 2**63 or any(d >= 2**63 for d in shape):
+        nonzero *= max(d, 1)
+    # ggml counts elements in int64 and asserts on every partial product, a zero dimension
+    # included: reject shapes whose product (zeros left out) overflows it.
+    if nonzero >= 2**63:
         raise _bad(path, f"tensor {label} has shape {shape}, whose size overflows")
-    if (shape[0] if shape else 1) % block:
-        raise _bad(path, f"tensor {label} rows of {shape[0]} do not fill {type_name} blocks")
+    rows = shape[0] if shape else 1
+    if rows % block:
+        raise _bad(path, f"tensor {label} rows of {rows} do not fill {type_name} blocks")
     return n // block * type_size, type_name

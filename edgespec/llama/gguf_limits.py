@@ -6,11 +6,15 @@ first tokenization (an uncaught std::out_of_range) rather than failing the load.
 (src/llama-model.cpp `load_hparams`, src/llama-vocab.cpp `load` and `byte_to_token`), so a
 crafted or corrupt file is one ModelFileError line before native code reads it. Each
 rule here was found aborting the process by fuzzing a small valid model's metadata
-(docs/bench-history.md, stop 58). Values of the wrong type are left alone: llama.cpp
+(docs/bench-history.md, stops 58 and 60). Left out: a per-layer head count of 0 (one of
+llama's layers without attention heads aborts it, but hybrid architectures have such
+layers by design). Values of the wrong type are left alone: llama.cpp
 refuses those cleanly. Pure: no llama_cpp.
 """
 
 from __future__ import annotations
+
+import math
 
 from .gguf_info import GGUFInfo
 
@@ -18,6 +22,9 @@ MAX_LAYERS = 512  # LLAMA_MAX_LAYERS (src/llama-hparams.h)
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS
 ROPE_SCALING = ("none", "linear", "yarn", "longrope")  # LLAMA_ROPE_SCALING_TYPES
 EXPERTS_ONE_IS_NONE = ("hunyuan_vl", "hunyuan-dense")  # an expert count of 0 or 1 means none there
+NEEDS_EXPERTS = ("bailingmoe2", "glm4moe", "grovemoe", "llada-moe", "smallthinker")  # graphs assert experts > 0
+EPSILONS = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon", "attention.group_norm_epsilon")
+NO_TOKENIZER = ("none", "no_vocab")  # llama.cpp loads such a model and aborts at its first tokenization
 
 
 def limits_problem(info: GGUFInfo) -> str | None:
@@ -34,6 +41,10 @@ def _hparams_problem(info: GGUFInfo) -> str | None:
         value = get(key)
         if value is not None and layers is not None and value > layers:
             return f"{arch}.{key} is {value}, more than the {layers} layers"
+    for key in EPSILONS:  # ggml's norms assert eps >= 0 at the first decode
+        eps = info.arch_value(key)
+        if isinstance(eps, float) and not (math.isfinite(eps) and eps >= 0):
+            return f"{arch}.{key} is {eps} (a finite number >= 0)"
     scaling = info.arch_value("rope.scaling.type")
     if isinstance(scaling, str) and scaling not in ROPE_SCALING:
         return f"{arch}.rope.scaling.type is {scaling[:40]!r} (one of {', '.join(ROPE_SCALING)})"
@@ -42,6 +53,8 @@ def _hparams_problem(info: GGUFInfo) -> str | None:
         return None
     used = get("expert_used_count") or 0  # per layer: the most of them
     groups, groups_used = get("expert_group_count") or 0, get("expert_group_used_count") or 0
+    if arch in NEEDS_EXPERTS and not (experts and used):
+        return f"{arch} needs experts: expert_count {experts}, expert_used_count {used}"
     if experts > MAX_EXPERTS:
         return f"{arch}.expert_count is {experts} (at most {MAX_EXPERTS})"
     if used > experts:
@@ -56,12 +69,15 @@ def _hparams_problem(info: GGUFInfo) -> str | None:
 
 
 def _vocab_problem(info: GGUFInfo) -> str | None:
+    if info.vocab_type in NO_TOKENIZER:
+        return f"tokenizer.ggml.model is {info.vocab_type!r}: it has no tokenizer to run a chat with"
     tokens = info.tokens
     if tokens is None:
         return None
     seen: dict[str, int] = {}
     for i, word in enumerate(tokens):
-        word = word or f"[EMPTY_{i}]"  # llama.cpp's name for an empty token
+        # llama.cpp reads a token up to a NUL byte, and names an empty one [EMPTY_i]
+        word = word.split("\0", 1)[0] or f"[EMPTY_{i}]"
         if word in seen:
             return f"tokens {seen[word]} and {i} are both {word[:40]!r}"
         seen[word] = i

@@ -1,0 +1,52 @@
+"""A model's chat template is untrusted code: it renders sandboxed, bounded in output and time,
+and any failure is one line. The time bound also holds for a loop that writes nothing (found
+hanging a load by a fuzz of a real model's metadata, stop 60)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from edgespec.core import templates
+from edgespec.core.templates import TemplateRenderError, render
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_a_loop_that_writes_nothing_ends_at_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(templates, "MAX_RENDER_S", 0.2)
+    t0 = time.monotonic()
+    with pytest.raises(TemplateRenderError, match="took too long"):
+        render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x", HI)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_tracer_set_before_is_put_back() -> None:
+    def mine(frame, event, arg):  # type: ignore[no-untyped-def]
+        return None
+
+    before = sys.gettrace()
+    sys.settrace(mine)
+    try:
+        assert render("{{ messages[0]['content'] }}", HI) == "hi"
+        with pytest.raises(TemplateRenderError):
+            render("{{ raise_exception('no') }}", HI)
+        assert sys.gettrace() is mine
+    finally:
+        sys.settrace(before)
+
+
+def test_what_a_template_raises_is_one_line() -> None:
+    with pytest.raises(TemplateRenderError) as err:
+        render('{{ raise_exception("line one\nline two") }}', HI)
+    assert str(err.value) == "the model's chat template raised: line one line two"
+
+
+def test_too_much_output_and_the_sandbox_are_one_line_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 1000)
+    with pytest.raises(TemplateRenderError, match="too much output"):
+        render("{% for i in range(10000) %}xxxxxxxxxx{% endfor %}", HI)
+    with pytest.raises(TemplateRenderError, match="failed .*SecurityError"):
+        render("{{ ''.__class__.__mro__[1].__subclasses__() }}", HI)
