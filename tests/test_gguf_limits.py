@@ -141,6 +141,7 @@ def _header(extra: list, tensors: list, alignment: int = 32) -> bytes:
         (_header([("llama.block_count\0", UINT32, 100000)], []), "holds a NUL byte"),
         (_header([], [("norm.weight", I32, (64,))]), "tensor 'norm.weight' has integer type I32"),
         (_header([], [("w", F32, (576, 0, 2**62))]), "whose size overflows"),  # ggml asserts on the product
+        (_header([], [("w", F32, (3, 0, 3074457345618258602))]), "whose size overflows"),  # ggml's own test
         (_header([], [("w", Q8_0, ())]), "rows of 1 do not fill Q8_0 blocks"),  # a rank-0 tensor: no traceback
     ],
     ids=lambda x: x[:40] if isinstance(x, str) else "",
@@ -149,6 +150,11 @@ def test_a_tensor_table_llama_cpp_would_abort_on_is_refused_in_one_line(tmp_path
     with pytest.raises(ModelFileError) as err:
         _read(tmp_path, data)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_integer_index_tables_and_shapes_ggml_accepts_are_read(tmp_path: Path) -> None:
+    tensors = [("blk.0.ffn_gate_tid2eid.weight", I32, (64,)), ("d2t", I32, (64,)), ("w", F32, (0, 2**62, 4))]
+    assert _read(tmp_path, _header([], tensors))  # DeepSeek-V4's and EAGLE3's integer tables
 
 
 def test_tensor_data_must_start_on_32_bytes_whatever_alignment_the_file_declares(tmp_path: Path) -> None:

@@ -134,6 +134,13 @@ def test_a_scored_batch_tells_the_far_positions_how_its_runs_break() -> None:
     assert acc.pooled() < 0.8 and min(alpha[1:]) > 0.85
 
 
+def test_fractional_scores_do_not_open_every_position() -> None:
+    # at T > 0 a score is rarely 0: a run of 0.3s reaches no far position (Acceptance.reach guards K)
+    acc = Acceptance(32)
+    acc.observe_scores([0.3] * 40)
+    assert acc.depth <= 1 and acc.reach() <= 2
+
+
 def test_independent_scores_read_the_same_rate_at_every_position() -> None:
     # negative control for the test above: with no runs in the text, no position stands out
     acc = Acceptance(8)

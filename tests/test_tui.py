@@ -230,8 +230,10 @@ async def test_toggle_speculation_between_replies() -> None:
         assert app.last_stats.speculative is True and app.last_stats.n_drafted > 0
 
 
-async def test_k_0_reads_as_plain_decoding_in_the_status_bar() -> None:
-    app = create_app(make_engine(), options=options(k=0))
+@pytest.mark.parametrize("where", ["option", "pair"])
+async def test_k_0_reads_as_plain_decoding_in_the_status_bar(where: str) -> None:
+    engine = make_engine(default_k=0) if where == "pair" else make_engine()  # models.toml's k = 0
+    app = create_app(engine, options=options(k=0) if where == "option" else options(k=None))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "t5")
         assert "spec OFF" in app.status.content.plain and "K=0" not in app.status.content.plain
@@ -355,6 +357,14 @@ async def test_a_stop_before_the_first_token_takes_no_turn() -> None:
         assert app.last_reason == "cancelled" and app.history == []
         assert app.messages("user") == [] and app.messages("assistant") == []
         assert app.query_one("#prompt").value == "t5 t6"  # back in the box, to send again
+        gate.clear()
+        app.query_one("#prompt").value = "t7 t8"  # (its prefill evaluates t7: it waits at the gate)
+        await pilot.press("enter")
+        app.query_one("#prompt").value = "t9"  # typed while the prefill runs: nothing may be lost
+        await pilot.press("escape")
+        gate.set()
+        await settle(pilot, app)
+        assert [m["content"] for m in app.history] == ["t7 t8", ""] and app.query_one("#prompt").value == "t9"
 
 
 async def test_a_paste_of_several_lines_is_sent_whole() -> None:
@@ -366,12 +376,24 @@ async def test_a_paste_of_several_lines_is_sent_whole() -> None:
         prompt.post_message(events.Paste("t5 t6\r\n    t7\nt8"))
         await pilot.pause()
         assert prompt.value == "explain: [pasted 3 lines #1]"
-        prompt.post_message(events.Paste("one line"))  # a single line goes in as it is
+        prompt.post_message(events.Paste("\none line\n"))  # a single line goes in as it is
         await pilot.pause()
         await pilot.press("enter")
         await settle(pilot, app)
         assert app.history[0]["content"] == "explain: t5 t6\n    t7\nt8one line"
         assert prompt.value == "" and prompt.pasted == {}
+
+
+async def test_a_paste_marker_edited_in_part_is_not_sent_half_known() -> None:
+    app = create_app(make_engine(), options=options(max_tokens=4))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        prompt = app.query_one("#prompt")
+        prompt.post_message(events.Paste("t5\nt6"))
+        await pilot.pause()
+        await pilot.press("backspace", "enter")
+        await settle(pilot, app)
+        assert app.history == [] and prompt.value == "[pasted 2 lines #1"
+        assert any("marker was edited" in n.message for n in app._notifications)
 
 
 async def test_an_unknown_command_stays_to_be_corrected_and_a_double_slash_sends_it() -> None:
@@ -382,6 +404,20 @@ async def test_an_unknown_command_stays_to_be_corrected_and_a_double_slash_sends
         assert app.query_one("#prompt").value == "/usr/bin/env: what does it do?"
         await send(pilot, app, "//usr/bin/env: what does it do?")
         assert app.history[0]["content"] == "/usr/bin/env: what does it do?"
+        prompt = app.query_one("#prompt")
+        prompt.post_message(events.Paste("/var/log/syslog says:\nt5"))  # a pasted / is no command
+        await pilot.pause()
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.history[2]["content"] == "/var/log/syslog says:\nt5"
+
+
+async def test_a_message_handed_back_keeps_its_double_slash() -> None:
+    app = create_app(make_engine(n_ctx=16), options=options(max_tokens=100))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "//t5 t6 t7 t8 t9 t10 t11 t12 t13 t14 t15 t16 t17 t18 t19 t20 t21 t22 t23 t24 t25 t26")
+        assert app.messages("error") and app.history == []
+        assert app.query_one("#prompt").value.startswith("//t5 t6")  # Enter sends it again, not a command
 
 
 async def test_tab_keeps_typing_in_the_prompt() -> None:

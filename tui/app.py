@@ -103,7 +103,7 @@ class ChatApp(App[None]):
             has_draft=self.engine.has_draft,
             lookup=self.engine.lookup,
             speculative=self.speculative,
-            k=self.options.k,
+            k=self.options.k if self.options.k is not None else getattr(self.engine, "default_k", None),
             temperature=self.temperature,
             highlight=self.highlight,
             timings=self.options.timings,
@@ -172,18 +172,21 @@ class ChatApp(App[None]):
     # -- sending ------------------------------------------------------------------------
     @on(Input.Submitted, "#prompt")
     def submitted(self, event: Input.Submitted) -> None:
-        text = self._prompt.text().strip()
-        if not text:
+        typed, text = self._prompt.value.strip(), self._prompt.text()  # a command is what was typed
+        if text is None:
+            self.notify("a paste's marker was edited: delete it whole and paste again", severity="warning")
             return
-        if text.startswith("/") and not text.startswith("//"):
-            if self.command(text):
+        if not text.strip():
+            return
+        if typed.startswith("/") and not typed.startswith("//"):
+            if self.command(typed):
                 self._prompt.clear()  # an unknown command stays to be corrected
             return
         if self.generating:
             self.notify("still generating: Esc stops it", severity="warning")
             return
         self._prompt.clear()
-        self.send(text[1:] if text.startswith("//") else text)
+        self.send(text.strip()[1:] if typed.startswith("//") else text.strip())
 
     def send(self, text: str) -> None:
         self.add_message("user", text)
@@ -251,10 +254,8 @@ class ChatApp(App[None]):
         meta = stats_line(message.stats, timings=self.options.timings) if message.stats else ""
         if message.reason in notes:
             meta = f"[{notes[message.reason]}] {meta}"
-        if message.reason == "cancelled" and not reply.text:
-            self._hand_back(reply)  # stopped before its first token: no turn was taken
-        else:
-            reply.set_meta(meta)
+        if not (message.reason == "cancelled" and not reply.text and self._hand_back(reply)):
+            reply.set_meta(meta)  # (stopped before its first token, the message went back: no turn)
             if self._pending_user is not None:
                 self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
         self.persist(self.history)
@@ -274,20 +275,23 @@ class ChatApp(App[None]):
             # keep what was produced before the error, like a cancel
             reply.set_meta("[error]")
             self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
-        elif reply is not None:
-            self._hand_back(reply)
+        elif reply is not None and not self._hand_back(reply):
+            reply.remove()  # the input holds new text: the message's bubble stays
         self.add_message("error", message.error)
         self.persist(self.history)
         self._done(None)
 
-    def _hand_back(self, reply: MessageView) -> None:
-        """A turn not taken (an error, a stop before the first token): its two bubbles go, and its
-        message goes back into the prompt, to edit and send again (a retry is then shown once)."""
+    def _hand_back(self, reply: MessageView) -> bool:
+        """A turn not taken (an error, a stop before the first token): its message goes back into
+        the empty prompt, to edit and send again, and its two bubbles go (a retry shows it once).
+        False where the prompt holds new text: then nothing moves."""
+        if self._prompt.value or self._pending_user is None:
+            return False
+        self._prompt.set_text(self._pending_user["content"])
         reply.remove()
         if mine := self.messages("user"):
             mine[-1].remove()
-        if not self._prompt.value and self._pending_user is not None:
-            self._prompt.set_text(self._pending_user["content"])
+        return True
 
     def _done(self, stats: Any) -> None:
         self.generating = False

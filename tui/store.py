@@ -89,7 +89,10 @@ def unreadable(directory: Path | None = None) -> dict[str, str]:
 
 
 def _read(directory: Path) -> tuple[list[SavedChat], dict[str, str]]:
-    there = next(d for d in (directory, *directory.parents) if d.exists())  # the nearest that exists
+    try:
+        there = next(d for d in (directory, *directory.parents) if d.exists())  # the nearest that exists
+    except OSError as err:  # a folder on the way that cannot be entered
+        raise EdgespecError(f"cannot read {directory}: {err.strerror or err}") from err
     if not there.is_dir():
         raise EdgespecError(f"{there} is not a folder, so {directory} cannot hold chats; set EDGESPEC_HOME to a folder")
     chats, bad = [], {}

@@ -193,7 +193,9 @@ class Acceptance:
         they are one token's evidence many times over, and the change test would trust them."""
         self._alpha = None
         run, i = scores[j], 1
-        while i < len(self.tried) and j + i < len(scores) and run > 0.0:
+        # a position counts as tested while a draft would more likely than not have reached it (at
+        # T = 0: up to the first miss); fractional scores at T > 0 must not set `depth` for all of K
+        while i < len(self.tried) and j + i < len(scores) and run >= 0.5:
             got = run * scores[j + i]
             self.tried[i] += run
             self.accepted[i] += got

@@ -31,7 +31,8 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 TENSOR_ALIGNMENT = 32  # ggml-backend's: a tensor's data in the mapped file must start on it
-INTEGER_TYPES = ("I8", "I16", "I32", "I64")  # no weight has one: ggml's ops abort on it at the first decode
+INTEGER_TYPES = ("I8", "I16", "I32", "I64")  # ggml's ops abort on one where a weight is multiplied
+INDEX_TENSORS = ("tid2eid", "d2t")  # integer tables llama.cpp reads by row (DeepSeek-V4's, EAGLE3's)
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME (64) minus the terminating NUL
 MAX_KEY_BYTES = 64 * 1024
 MAX_STRING_BYTES = 64 * 1024 * 1024  # also always bounded by the bytes left in the file
@@ -299,19 +300,30 @@ def _place_tensors(
     return tuple(out)
 
 
+def _fits_ggml(shape: tuple[int, ...]) -> bool:
+    """ggml's own test of a shape (ggml.c, ggml_new_tensor_impl's check): each dimension past
+    the first that is above 1 must keep the running element count within int64."""
+    if any(d >= 2**63 for d in shape):
+        return False
+    count = shape[0] if shape else 1
+    for d in shape[1:]:
+        if d > 1:
+            if (2**63 - 1) // d <= count:
+                return False
+            count *= d
+    return True
+
+
 def _tensor_bytes(path: Path, label: str, ttype: int, shape: tuple[int, ...]) -> tuple[int, str]:
     if ttype not in GGML_TYPES:
         raise _bad(path, f"tensor {label} has unknown ggml type {ttype}")
     type_name, block, type_size = GGML_TYPES[ttype]
-    if type_name in INTEGER_TYPES:  # no weight is an integer: ggml's ops abort on one at the first decode
+    if type_name in INTEGER_TYPES and not any(part in label for part in INDEX_TENSORS):
         raise _bad(path, f"tensor {label} has integer type {type_name}")
-    n = nonzero = 1
+    n = 1
     for d in shape:
         n *= d
-        nonzero *= max(d, 1)
-    # ggml counts elements in int64 and asserts on every partial product, a zero dimension
-    # included: reject shapes whose product (zeros left out) overflows it.
-    if nonzero >= 2**63:
+    if not _fits_ggml(shape):
         raise _bad(path, f"tensor {label} has shape {shape}, whose size overflows")
     rows = shape[0] if shape else 1
     if rows % block:
