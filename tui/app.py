@@ -176,7 +176,8 @@ class ChatApp(App[None]):
         if text is None:
             self.notify("a paste's marker was edited: delete it whole and paste again", severity="warning")
             return
-        if not text.strip():
+        text = text.strip()
+        if not text:
             return
         if typed.startswith("/") and not typed.startswith("//"):
             if self.command(typed):
@@ -186,7 +187,7 @@ class ChatApp(App[None]):
             self.notify("still generating: Esc stops it", severity="warning")
             return
         self._prompt.clear()
-        self.send(text.strip()[1:] if typed.startswith("//") else text.strip())
+        self.send(text[1:] if typed.startswith("//") else text)
 
     def send(self, text: str) -> None:
         self.add_message("user", text)

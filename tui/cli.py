@@ -49,13 +49,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from edgespec.frontends.options import engine_from_args
 
     from .app import ChatOptions, create_app
-    from .store import chats_dir, find_chat, list_chats, unreadable
+    from .store import chats_dir, find_chat, read_chats
 
     if args.list:
-        chats = list_chats()
+        chats, bad = read_chats()  # the folder read once
         for chat in chats:
             print(chat.summary())
-        for chat_id, why in unreadable().items():
+        for chat_id, why in bad.items():
             print(f"edgespec: the saved chat {chats_dir() / chat_id}.json cannot be read ({why})", file=sys.stderr)
         if not chats:
             print(f"no saved chats in {chats_dir()}; start one with `edgespec chat`")

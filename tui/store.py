@@ -79,16 +79,14 @@ class ChatFile:
 
 
 def list_chats(directory: Path | None = None) -> list[SavedChat]:
-    """Saved chats, the most recently updated first (unreadable files are skipped: `unreadable`)."""
-    return _read(directory or chats_dir())[0]
+    """Saved chats, the most recently updated first (unreadable files are skipped: `read_chats`)."""
+    return read_chats(directory)[0]
 
 
-def unreadable(directory: Path | None = None) -> dict[str, str]:
-    """The chat files that could not be read, id -> why (a bad edit, a disk error)."""
-    return _read(directory or chats_dir())[1]
-
-
-def _read(directory: Path) -> tuple[list[SavedChat], dict[str, str]]:
+def read_chats(directory: Path | None = None) -> tuple[list[SavedChat], dict[str, str]]:
+    """The saved chats, the most recently updated first, and the files that could not be read
+    (id -> why: a bad edit, a disk error)."""
+    directory = directory or chats_dir()
     try:
         there = next(d for d in (directory, *directory.parents) if d.exists())  # the nearest that exists
     except OSError as err:  # a folder on the way that cannot be entered
@@ -113,10 +111,10 @@ def _read(directory: Path) -> tuple[list[SavedChat], dict[str, str]]:
 def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
     """The chat `chat_id` (or a unique start of it); None: the most recent."""
     directory = directory or chats_dir()
-    chats, bad = _read(directory)
+    chats, bad = read_chats(directory)
     if chat_id is not None:
-        found = [c for c in chats if c.id == chat_id] or [c for c in chats if c.id.startswith(chat_id)]
-        broken = [i for i in bad if i == chat_id] or [i for i in bad if i.startswith(chat_id)]
+        found = [chats[i] for i in _matching([c.id for c in chats], chat_id)]
+        broken = [list(bad)[i] for i in _matching(list(bad), chat_id)]
         if not found and len(broken) == 1:
             path = directory / f"{broken[0]}.json"
             raise EdgespecError(f"the saved chat {path} cannot be read ({bad[broken[0]]}); fix or remove the file")
@@ -128,6 +126,11 @@ def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
         what = "no saved chat" if not found else f"{len(found)} saved chats"
         raise EdgespecError(f"{what} with id {chat_id!r}; `edgespec chat --list` shows them")
     return found[0]
+
+
+def _matching(ids: list[str], chat_id: str) -> list[int]:
+    """Indices of the ids equal to `chat_id`, else of those that start with it."""
+    return [i for i, x in enumerate(ids) if x == chat_id] or [i for i, x in enumerate(ids) if x.startswith(chat_id)]
 
 
 def markdown_path(path: str | None, save_dir: Path) -> Path:
