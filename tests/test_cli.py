@@ -124,7 +124,7 @@ def test_bad_sampling_options_are_refused_before_any_model_loads(tmp_path: Path)
         assert "temperature must be >= 0" in err
     rc, _, err, elapsed = run_cli("chat", "--target", missing, "--top-p", "5")
     assert_one_line_error(rc, err, elapsed)
-    assert "top_p must be in (0, 1]" in err
+    assert "top_p must be in [0, 1]" in err
 
 
 @pytest.mark.real

@@ -70,3 +70,11 @@ def test_the_greedy_confidence_is_within_a_hair_of_the_softmax_top(kind: str, n:
     w = np.exp(row.astype(np.float64) - float(row.max()))
     want = 1.0 / w.sum()
     assert abs(got - want) <= (1e-6 if n < 4096 else 0.02 * max(want, 0.05)), (got, want)
+
+
+@pytest.mark.parametrize("top_k", [40, 0])
+def test_top_p_zero_keeps_only_the_likeliest_token(top_k: int) -> None:
+    # OpenAI and llama.cpp accept top_p = 0: the smallest set reaching it is the top token alone
+    row = np.random.default_rng(3).normal(size=5000).astype(np.float32) * 3
+    dist = to_dist(row, SamplingParams(temperature=0.8, top_k=top_k, top_p=0.0, min_p=0.0))
+    assert list(dist.ids) == [int(np.argmax(row))]

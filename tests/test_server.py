@@ -106,6 +106,17 @@ def test_chat_streamed_equals_non_streamed_and_last_chunk_has_usage(served) -> N
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_include_usage_adds_openais_last_chunk_with_usage_and_no_choices(served) -> None:
+    # OpenAI's clients read the usage from a chunk with no choices: `if not chunk.choices: usage = chunk.usage`
+    url, _ = served
+    options = {"model": "m", "messages": CHAT, "max_tokens": 5, "stream": True}
+    chunks = list(client(url).chat.completions.create(**options, stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
+    assert chunks[-2].choices[0].finish_reason == "length"
+    without = list(client(url).chat.completions.create(**options))
+    assert all(c.choices for c in without) and without[-1].usage.completion_tokens == 5
+
+
 def test_completions_streamed_and_not_use_the_raw_prompt(served) -> None:
     url, _ = served
     c = client(url)
@@ -186,7 +197,8 @@ def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:
     [
         {"messages": CHAT, "temperature": "hot"},
         {"messages": CHAT, "max_tokens": 0},
-        {"messages": CHAT, "top_p": 0},
+        {"messages": CHAT, "top_p": -0.1},
+        {"messages": CHAT, "temperature": 2.5},
         {"messages": CHAT, "k": 99},
         {"messages": CHAT, "n": 2},
         {"messages": []},

@@ -129,6 +129,44 @@ def test_a_wrong_type_is_a_400_not_coerced(url: str, field: str, value: object, 
     assert ok.status_code == 200, ok.text  # an integer is a number
 
 
+TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("messages", "extra", "says", "param"),
+    [
+        ([*CHAT, {"role": "tool", "content": "42"}], {}, "needs the tool_call_id", "messages"),
+        ([*CHAT, {"role": "tool", "content": "42", "tool_call_id": "call_x"}], {}, "no earlier assistant", "messages"),
+        ([{"role": "user", "content": None}], {}, "a user message needs its content", "messages"),
+        ([{"role": "user", "content": []}], {}, "non-empty list of text parts", "messages"),
+        ([{"role": "user", "content": [{"type": "text"}]}], {}, "its text is missing", "messages"),
+        ([*CHAT, {"role": "assistant", "tool_calls": [{**TOOL_CALL, "id": None}]}], {}, "valid string", "messages"),
+        (CHAT, {"temperature": 2.5}, "less than or equal to 2", "temperature"),
+        (CHAT, {"user": 5}, "valid string", "user"),
+        (CHAT, {"stream_options": {"include_usage": True}}, "only allowed when stream is true", "stream_options"),
+        (CHAT, {"stream": True, "stream_options": {"include_usage": "x"}}, "valid boolean", "stream_options"),
+    ],
+)
+def test_openais_rules_on_messages_and_fields_are_400s(
+    url: str, messages: list, extra: dict, says: str, param: str
+) -> None:
+    err = error_of(post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 2, **extra}))
+    assert says in err["message"] and err["param"] == param
+    assert ".str" not in err["message"]  # pydantic's name for a union's member is not a field
+
+
+def test_what_openai_accepts_is_answered(url: str) -> None:
+    called = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
+    history = [*CHAT, called, {"role": "tool", "content": "42", "tool_call_id": "call_1"}]
+    for body in (
+        {"messages": history},
+        {"messages": CHAT, "top_p": 0, "user": "u-1"},  # top_p 0: the likeliest token only
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "t5"}]}], "temperature": 2},
+    ):
+        r = post(url, "/v1/chat/completions", {**body, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize(
     ("response_format", "says"),
     [
@@ -197,8 +235,10 @@ def test_unknown_roles_are_a_400_naming_the_role_and_developer_is_a_system_messa
     bad = [{"role": "user", "content": "t5"}, {"role": "narrator", "content": "t6"}]
     err = error_of(post(url, "/v1/chat/completions", {"messages": bad}))
     assert "'narrator'" in err["message"] and "messages.1" in err["message"] and err["param"] == "messages"
+    call = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
     for role in ("system", "user", "assistant", "tool", "developer"):
-        messages = [{"role": role, "content": "t7"}, {"role": "user", "content": "t5"}]
+        message = {"role": role, "content": "t7", **({"tool_call_id": "call_1"} if role == "tool" else {})}
+        messages = [*([call] if role == "tool" else []), message, {"role": "user", "content": "t5"}]
         assert post(url, "/v1/chat/completions", {"messages": messages, "max_tokens": 1}).status_code == 200
 
 

@@ -103,7 +103,9 @@ def test_streamed_tool_call_deltas_add_up_to_the_same_call(api: openai.OpenAI) -
     whole = api.chat.completions.create(max_tokens=160, **kwargs).choices[0].message.tool_calls
     calls: dict[int, dict[str, str]] = {}
     finish = None
-    for chunk in api.chat.completions.create(max_tokens=160, stream=True, **kwargs):
+    chunks = list(api.chat.completions.create(max_tokens=160, stream=True, **kwargs))
+    assert chunks[0].choices[0].delta.content is None  # a forced call: no text, as OpenAI's (the answer's is null)
+    for chunk in chunks:
         delta = chunk.choices[0].delta
         for d in delta.tool_calls or []:
             entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})

@@ -46,8 +46,8 @@ def check_params(p: SamplingParams, max_tokens: int, k: int | None, logprobs: in
             require_integer(name, whole)
     if not p.temperature >= 0:
         raise EdgespecError(f"temperature must be >= 0 (got {p.temperature})")
-    if not 0 < p.top_p <= 1:
-        raise EdgespecError(f"top_p must be in (0, 1] (got {p.top_p})")
+    if not 0 <= p.top_p <= 1:  # 0: the likeliest token only (as llama.cpp's, which keeps at least one)
+        raise EdgespecError(f"top_p must be in [0, 1] (got {p.top_p})")
     if not 0 <= p.min_p <= 1:
         raise EdgespecError(f"min_p must be in [0, 1] (got {p.min_p})")
     if max_tokens < 1:

@@ -237,7 +237,8 @@ async def _complete(
         job.close()
         raise
     if body.stream:
-        return _EventStream(job, _sse(job, first, fmt))
+        usage_chunk = bool(body.stream_options and body.stream_options.include_usage)
+        return _EventStream(job, _sse(job, first, fmt, usage_chunk))
     try:
         parts, event = [first.text], first
         lps = None if first.logprobs is None else list(first.logprobs)
@@ -269,13 +270,16 @@ class _EventStream(StreamingResponse):
             self.job.close()
 
 
-async def _sse(job: Job, event: StreamEvent, fmt: Format) -> AsyncIterator[str]:
+async def _sse(job: Job, event: StreamEvent, fmt: Format, usage_chunk: bool = False) -> AsyncIterator[str]:
     yield sse_data(fmt.chunk(None, None, first=True))
     while True:
         for chunk in fmt.chunks(event):
             yield sse_data(chunk)
         if event.finish_reason is not None:
-            yield sse_data(fmt.chunk(None, event))
+            last = fmt.chunk(None, event)
+            yield sse_data(last)
+            if usage_chunk:  # OpenAI's stream_options.include_usage: one more chunk, no choices
+                yield sse_data({**last, "choices": []})
             break
         if job.gone:
             return

@@ -54,6 +54,11 @@ def _unsupported(field: str, why: str) -> NoReturn:
     reject(f"'{field}' is not supported: {why}", field)
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool | None = Field(None, description="a last chunk with usage and no choices, as OpenAI's")
+
+
 class Sampling(BaseModel):
     """Fields both endpoints share."""
 
@@ -80,6 +85,8 @@ class Sampling(BaseModel):
 
     @model_validator(mode="after")
     def _honourable(self) -> Sampling:
+        if self.stream_options is not None and not self.stream:
+            reject("stream_options is only allowed when stream is true", "stream_options")
         if self.n is not None and self.n > 1:
             _unsupported("n", "one choice per request here; send n requests (with different seeds) instead")
         for key, value in (self.logit_bias or {}).items():
@@ -103,13 +110,15 @@ class Sampling(BaseModel):
         description=f"default: the server's --max-tokens ({defaults.MAX_TOKENS}); "
         f"capped by --max-tokens-cap ({defaults.MAX_TOKENS_CAP}) and the context",
     )
-    temperature: float | None = Field(None, ge=0, description=f"default {defaults.TEMPERATURE}")
-    top_p: float | None = Field(None, gt=0, le=1, description=f"default {defaults.TOP_P}")
+    temperature: float | None = Field(None, ge=0, le=2, description=f"0-2, as OpenAI's; default {defaults.TEMPERATURE}")
+    top_p: float | None = Field(None, ge=0, le=1, description=f"0: the likeliest token only; default {defaults.TOP_P}")
     top_k: int | None = Field(None, description=f"extension; <= 0 disables it; default {defaults.TOP_K}")
     min_p: float | None = Field(None, ge=0, le=1, description=f"extension; default {defaults.MIN_P}")
     seed: int | None = Field(None, description="-1: random (as llama.cpp); any other integer, reduced mod 2**63")
     stop: Stop | Annotated[list[Stop], Field(max_length=MAX_STOPS)] | None = None
     stream: bool | None = False
+    stream_options: StreamOptions | None = Field(None, description="with stream: include_usage")
+    user: str | None = Field(None, description="accepted and ignored")
     n: int | None = Field(None, ge=1, description="only 1 is supported")
     presence_penalty: float | None = Field(
         None, ge=-defaults.PENALTY_LIMIT, le=defaults.PENALTY_LIMIT, description="over the tokens generated so far"
@@ -136,7 +145,7 @@ class Sampling(BaseModel):
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
-    text: str = ""
+    text: str
 
 
 class FunctionCall(BaseModel):
@@ -147,7 +156,7 @@ class FunctionCall(BaseModel):
 
 class ToolCallIn(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    id: str | None = None
+    id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
@@ -164,18 +173,28 @@ class ChatMessage(BaseModel):
         if isinstance(role, str) and role not in ROLES:
             reject(f"unknown role '{role}': use {', '.join(ROLES[:-1])} or {ROLES[-1]}", "messages")
         content = data.get("content")
+        if content == []:
+            reject("a message's content is a string or a non-empty list of text parts", "messages")
         for part in content if isinstance(content, list) else []:
             kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and not isinstance(part.get("text"), str):
+                reject(
+                    'a text part is {"type": "text", "text": "..."}: its text is missing or not a string', "messages"
+                )
             if kind in ("image_url", "input_image", "image"):
                 reject("images are not supported: the server runs a text-only model; send text parts", "messages")
             if isinstance(kind, str) and kind != "text":
                 reject(f"content parts of type '{kind}' are not supported; send text parts", "messages")
         if data.get("function_call"):
             reject("'function_call' in a message is the legacy form: send 'tool_calls'", "messages")
+        if role != "assistant" and data.get("content") is None:  # an assistant's may be its calls alone
+            reject(f"a {role} message needs its content", "messages")
+        if role == "tool" and not data.get("tool_call_id"):
+            reject("a tool message needs the tool_call_id of the call it answers", "messages")
         return data
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[TextPart] | None = None
+    content: str | Annotated[list[TextPart], Field(min_length=1)] | None = None
     tool_calls: list[ToolCallIn] | None = Field(None, description="an assistant's calls, in the history")
     tool_call_id: str | None = Field(None, description="in a tool message: the call it answers")
     name: str | None = None
@@ -217,6 +236,15 @@ class ChatRequest(Sampling):
     @model_validator(mode="after")
     def _chat_honourable(self) -> ChatRequest:
         self.engine_json_schema()  # a malformed response_format is a 400 before the queue
+        called: set[str] = set()
+        for i, m in enumerate(self.messages):
+            called.update(c.id for c in m.tool_calls or ())
+            if m.role == "tool" and m.tool_call_id not in called:
+                reject(
+                    f"messages[{i}] answers tool call '{m.tool_call_id}', which no earlier assistant message made; "
+                    "a tool message follows the assistant message whose tool_calls it answers",
+                    "messages",
+                )
         if self.functions:
             _unsupported("functions", "it is the legacy form of tools; send tools")
         if self.function_call not in (None, "none", "auto"):
@@ -315,10 +343,15 @@ def not_utf8(body: bytes) -> str:
     return "the body could not be read as JSON: send one JSON object encoded as UTF-8"
 
 
+def _union_tag(part: str) -> bool:
+    """A step of pydantic's error path that names a type of a union (`str`, `list[int]`), not a field."""
+    return part in ("str", "int", "float", "bool") or "[" in part or part.startswith(("function-", "constrained-"))
+
+
 def explain(errors: Sequence[Any], body: Any, content_type: str | None) -> tuple[str, str | None]:
     """The 400 message and `param` for a request body that failed validation."""
     first = errors[0] if errors else {}
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body" and not _union_tag(str(x))]
     if first.get("type") == "json_invalid" and isinstance(body, str) and loc and loc[0].isdigit():
         pos = int(loc[0])
         line, column = _line_column(body, pos)

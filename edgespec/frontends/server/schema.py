@@ -158,7 +158,14 @@ class ChatFormat(Format):
         first: bool = False,
         lps: Sequence[TokenLogprob] | None = None,
     ) -> dict[str, Any]:
-        delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+        forced = self.tools is not None and self.tools.choice != "auto"  # calls, no text: as OpenAI's, content null
+        delta = (
+            {"role": "assistant", "content": None if forced else ""}
+            if first
+            else {}
+            if text is None
+            else {"content": text}
+        )
         choice = {
             "index": 0,
             "delta": delta,
