@@ -50,3 +50,18 @@ def test_too_much_output_and_the_sandbox_are_one_line_too(monkeypatch: pytest.Mo
         render("{% for i in range(10000) %}xxxxxxxxxx{% endfor %}", HI)
     with pytest.raises(TemplateRenderError, match="failed .*SecurityError"):
         render("{{ ''.__class__.__mro__[1].__subclasses__() }}", HI)
+
+
+def test_a_prompt_over_the_templates_limit_is_called_too_long_not_the_templates_fault(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a 5 MB prompt was "the model's chat template produced too much output ...; pass --raw"
+    from edgespec.api.prompts import Prompts
+    from edgespec.core.errors import ContextFullError
+    from tests.fakes import FakeModel
+
+    monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 1000)
+    prompts = Prompts(FakeModel(64), templates.FALLBACK_TEMPLATE)  # type: ignore[arg-type]
+    with pytest.raises(ContextFullError, match="the prompt is 1200 characters.*shorten it"):
+        prompts.tokenize([{"role": "user", "content": "t5 " * 200}, {"role": "user", "content": "t6 " * 200}])
+    assert prompts.chat_text([{"role": "user", "content": "t5 " * 300}])  # under it: rendered

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..core import templates
-from ..core.errors import EdgespecError
+from ..core.errors import ContextFullError, EdgespecError
 from ..core.model import TextModel
 from ..core.tools import ToolSet, layout_for, make_toolset, render_history
 
@@ -52,6 +52,12 @@ class Prompts:
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
         checked = templates.check_messages(messages)
+        size = sum(len(m["content"]) for m in checked)
+        if size > templates.MAX_OUTPUT_CHARS:  # the template's limit would trip and be blamed
+            raise ContextFullError(
+                f"the prompt is {size} characters, more than a chat prompt may hold "
+                f"({templates.MAX_OUTPUT_CHARS}) and far more than a context's tokens; shorten it"
+            )
         if tools is not None:
             checked, listed = tools.messages(checked), tools.template_tools()
         else:  # calls and results of earlier turns are rendered even when no tools are offered now
