@@ -186,6 +186,10 @@ def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:
         c.chat.completions.create(model="m", messages=[{"role": "user", "content": "t5 " * 600}])
     body = err.value.body
     assert body["code"] == "context_length_exceeded" and "context holds 512" in body["message"]
+    assert body["param"] == "messages"
+    with pytest.raises(openai.BadRequestError) as err:
+        c.completions.create(model="m", prompt="t5 " * 600)
+    assert err.value.body["param"] == "prompt"
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError):
             c.completions.create(model="m", prompt="t5 " * 600, stream=stream)

@@ -177,7 +177,26 @@ def test_what_openai_accepts_is_answered(url: str) -> None:
 )
 def test_a_bad_response_format_is_a_400_before_generating(url: str, response_format: dict, says: str) -> None:
     r = post(url, "/v1/chat/completions", {"messages": CHAT, "response_format": response_format})
-    assert r.status_code == 400 and says in error_of(r)["message"]
+    err = error_of(r)
+    assert says in err["message"] and err["param"] == "response_format"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "nope"}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+        ),
+    ],
+)
+def test_the_engines_400s_name_the_field_they_are_about(url: str, extra: dict, param: str) -> None:
+    assert error_of(post(url, "/v1/chat/completions", {"messages": CHAT, **extra}))["param"] == param
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ class Prompts:
                 f"the prompt must be a string, a list of messages or a list of token ids (got {type(prompt).__name__})"
             ) from None
         if not items:
-            raise EdgespecError("the prompt is empty; give at least one message or token")
+            raise EdgespecError("the prompt is empty; give it text, messages or token ids")
         if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
             ids = [int(t) for t in items]
             bad = [t for t in ids if not 0 <= t < self.target.n_vocab]

@@ -305,6 +305,16 @@ def _error_chunk(fmt: Format) -> dict[str, Any]:
     return chunk
 
 
+def _param_of(message: str, code: str | None, prompt: str) -> str | None:
+    """OpenAI's `param` for the engine's 400s: the prompt's field (`prompt`) for a context too
+    small, else the request field the message begins with."""
+    if code == "context_length_exceeded" or message.startswith("the prompt"):
+        return prompt
+    if message.startswith(("the JSON schema", "a JSON schema")):
+        return "response_format"
+    return next((f for f in ("tool_choice", "tools", "logit_bias") if message.startswith(f)), None)
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     def error(status: int, message: str, **kw: Any) -> JSONResponse:
         headers = kw.pop("headers", None)
@@ -322,9 +332,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(EdgespecError)
-    async def user_error(_: Request, exc: EdgespecError) -> JSONResponse:
+    async def user_error(request: Request, exc: EdgespecError) -> JSONResponse:
         code = "context_length_exceeded" if isinstance(exc, ContextFullError) else None
-        return error(400, str(exc), code=code)
+        prompt = "messages" if request.url.path.endswith("/chat/completions") else "prompt"
+        return error(400, str(exc), code=code, param=_param_of(str(exc), code, prompt))
 
     @app.exception_handler(EngineCrashed)
     async def crashed(_: Request, exc: EngineCrashed) -> JSONResponse:
