@@ -138,6 +138,7 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argu
         ([*CHAT, {"role": "tool", "content": "42"}], {}, "needs the tool_call_id", "messages"),
         ([*CHAT, {"role": "tool", "content": "42", "tool_call_id": "call_x"}], {}, "no earlier assistant", "messages"),
         ([{"role": "user", "content": None}], {}, "a user message needs its content", "messages"),
+        ([*CHAT, {"role": "assistant"}], {}, "an assistant's may be its tool_calls alone", "messages"),
         ([{"role": "user", "content": []}], {}, "non-empty list of text parts", "messages"),
         ([{"role": "user", "content": [{"type": "text"}]}], {}, "its text is missing", "messages"),
         ([*CHAT, {"role": "assistant", "tool_calls": [{**TOOL_CALL, "id": None}]}], {}, "valid string", "messages"),

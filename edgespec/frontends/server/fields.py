@@ -187,8 +187,12 @@ class ChatMessage(BaseModel):
                 reject(f"content parts of type '{kind}' are not supported; send text parts", "messages")
         if data.get("function_call"):
             reject("'function_call' in a message is the legacy form: send 'tool_calls'", "messages")
-        if role != "assistant" and data.get("content") is None:  # an assistant's may be its calls alone
-            reject(f"a {role} message needs its content", "messages")
+        if (
+            isinstance(role, str)
+            and data.get("content") is None
+            and not (role == "assistant" and data.get("tool_calls"))
+        ):
+            reject(f"a {role} message needs its content (an assistant's may be its tool_calls alone)", "messages")
         if role == "tool" and not data.get("tool_call_id"):
             reject("a tool message needs the tool_call_id of the call it answers", "messages")
         return data
