@@ -141,6 +141,7 @@ TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argu
         ([*CHAT, {"role": "assistant"}], {}, "an assistant's may be its tool_calls alone", "messages"),
         ([{"role": "user", "content": []}], {}, "non-empty list of text parts", "messages"),
         ([{"role": "user", "content": [{"type": "text"}]}], {}, "its text is missing", "messages"),
+        ([{"role": "user", "content": 5}], {}, "valid string (at messages.0.content)", "messages"),
         ([*CHAT, {"role": "assistant", "tool_calls": [{**TOOL_CALL, "id": None}]}], {}, "valid string", "messages"),
         (CHAT, {"temperature": 2.5}, "less than or equal to 2", "temperature"),
         (CHAT, {"user": 5}, "valid string", "user"),
