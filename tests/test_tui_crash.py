@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import Engine, IsolatedEngine
+from edgespec import EdgespecError, Engine, IsolatedEngine
 from edgespec.api.isolated import ChildSpec
 from edgespec_tui.app import ChatApp, ChatOptions, create_app
 from edgespec_tui.cli import main as chat_main
@@ -244,6 +244,31 @@ def test_a_chat_file_that_cannot_be_read_is_named_not_denied(capsys: pytest.Capt
     assert chat_main(["--resume", "20991231"]) == 2
     err = capsys.readouterr().err
     assert "20991231-000000-bad0.json cannot be read (JSONDecodeError" in err and "fix or remove" in err
+
+
+def test_resume_without_an_id_says_when_a_newer_file_cannot_be_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it went to the newest readable chat without a word: the chat meant may be the broken one
+    ChatFile(chats_dir(), model="m").save([{"role": "user", "content": "an older chat"}])
+    older = find_chat(None)
+    newer = chats_dir() / "20991231-000000-bad1.json"
+    newer.write_text("{bad json")
+    os.utime(newer, (time.time() + 60, time.time() + 60))
+    said: list[str] = []
+    assert find_chat(None, warn=said.append).id == older.id
+    assert len(said) == 1 and f"{newer} is newer but cannot be read (JSONDecodeError" in said[0]
+    assert older.id in said[0]
+
+    def no_models(*_: object, **__: object) -> None:
+        raise EdgespecError("not loading models here")
+
+    monkeypatch.setattr("edgespec.frontends.options.engine_from_args", no_models)
+    assert chat_main(["--resume"]) == 2  # the command line says it before the models load
+    assert "is newer but cannot be read" in capsys.readouterr().err
+    os.utime(newer, (time.time() - 3600, time.time() - 3600))  # an older broken file is no news
+    said.clear()
+    assert find_chat(None, warn=said.append).id == older.id and not said
 
 
 def test_a_home_that_is_a_file_is_one_line_for_list(

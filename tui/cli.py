@@ -60,7 +60,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if not chats:
             print(f"no saved chats in {chats_dir()}; start one with `edgespec chat`")
         return 0
-    resume = find_chat(args.resume or None) if args.resume is not None else None  # before minutes of loading
+    resume = find_chat(args.resume or None, warn=_warn) if args.resume is not None else None  # before the loading
     engine = engine_from_args(args, isolated=not args.in_process)  # model preparation reports on stderr
     options = ChatOptions.from_args(args)
     options.highlight = not args.no_highlight
@@ -80,3 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgespec_tui")
     add_parser(parser.add_subparsers(dest="command", required=True))
     return run_command(parser.parse_args(["chat", *(sys.argv[1:] if argv is None else argv)]))
+
+
+def _warn(message: str) -> None:
+    print(f"edgespec: {message}", file=sys.stderr)

@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -108,8 +109,11 @@ def read_chats(directory: Path | None = None) -> tuple[list[SavedChat], dict[str
     return sorted(chats, key=lambda c: (c.updated, c.id), reverse=True), bad
 
 
-def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
-    """The chat `chat_id` (or a unique start of it); None: the most recent."""
+def find_chat(
+    chat_id: str | None, directory: Path | None = None, warn: Callable[[str], None] | None = None
+) -> SavedChat:
+    """The chat `chat_id` (or a unique start of it); None: the most recent, with `warn` told of
+    any file written after it that cannot be read (the chat meant may be that one)."""
     directory = directory or chats_dir()
     chats, bad = read_chats(directory)
     if chat_id is not None:
@@ -121,11 +125,22 @@ def find_chat(chat_id: str | None, directory: Path | None = None) -> SavedChat:
     if not chats:
         raise EdgespecError(f"no saved chats in {directory}; start one with `edgespec chat`")
     if chat_id is None:
+        newest = _mtime(directory / f"{chats[0].id}.json")
+        for broken in (b for b in bad if _mtime(directory / f"{b}.json") > newest and warn is not None):
+            path = directory / f"{broken}.json"
+            warn(f"the saved chat {path} is newer but cannot be read ({bad[broken]}); resuming {chats[0].id}")
         return chats[0]
     if len(found) != 1:
         what = "no saved chat" if not found else f"{len(found)} saved chats"
         raise EdgespecError(f"{what} with id {chat_id!r}; `edgespec chat --list` shows them")
     return found[0]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _matching(ids: list[str], chat_id: str) -> list[int]:
