@@ -124,11 +124,16 @@ def test_calls_while_restarting_say_so_at_once() -> None:
         wait_for(engine, "ok", 60)
 
 
-def test_an_abort_in_native_code_is_a_crash_with_its_signal_logged(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_abort_in_native_code_is_a_crash_with_its_signal_logged(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     with isolated(abort_at=5) as engine:
-        with pytest.raises(EngineCrashed, match="SIGABRT"):
+        with pytest.raises(EngineCrashed, match="SIGABRT") as err:
             engine.generate("t5 t6", temperature=0, max_tokens=200, k=0)
         wait_for(engine, "ok", 60)
+    # what native code printed as it died is in the one line, not on the terminal before it
+    assert "killed by SIGABRT: ggml.c:1234: GGML_ASSERT(ne % 32 == 0) failed" in str(err.value)
+    assert "GGML_ASSERT" not in capfd.readouterr().err
     assert any("SIGABRT" in r.getMessage() for r in caplog.records)
 
 
@@ -267,3 +272,15 @@ def test_a_call_the_child_never_answers_restarts_it(monkeypatch: pytest.MonkeyPa
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stuck, signal.SIGCONT)
+
+
+def test_last_words_are_the_line_that_says_what_failed(tmp_path: Path) -> None:
+    from edgespec.api.process import last_words
+
+    f = tmp_path / "stderr"
+    f.write_text("loading\nggml.c:99: GGML_ASSERT(x) failed\n#3 0x7f in abort ()\n")
+    assert last_words(str(f)) == "ggml.c:99: GGML_ASSERT(x) failed"  # not the backtrace after it
+    f.write_text("some note\n\n  the   last  line \n")
+    assert last_words(str(f)) == "the last line"
+    f.write_text("")
+    assert last_words(str(f)) == "" and last_words(str(tmp_path / "none")) == ""

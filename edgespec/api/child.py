@@ -97,9 +97,13 @@ def facts(engine: Engine) -> dict[str, Any]:
     )
 
 
-def main(conn: Connection, spec: ChildSpec, log_level: int = logging.WARNING) -> None:
+def main(conn: Connection, spec: ChildSpec, log_level: int = logging.WARNING, stderr: str | None = None) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the parent decides what it means
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if stderr is not None:  # what native code prints as it dies (ggml's assert) goes into the parent's one line
+        fd = os.open(stderr, os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 2)
+        os.close(fd)
     send = _Sender(conn)
     root = logging.getLogger()
     root.handlers[:] = [_ForwardLogs(send)]

@@ -6,14 +6,19 @@ for it (a queue per generation or call), forwards the child's log records to
 this process's logging, kills the child when a cancelled generation has not
 ended within its grace period, and, when the child dies, gives every waiting
 request a "crashed" message and tells its owner (`IsolatedEngine`), which
-starts the next one.
+starts the next one. The child's stderr (fd 2: what native code prints as it dies) goes
+to a file of its own, and its telling line (`last_words`) joins the death's one line
+rather than landing on the user's terminal (a chat screen) before it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import signal
+import tempfile
 import threading
 import time
 from multiprocessing import get_context
@@ -47,8 +52,10 @@ class ChildProcess:
         ctx = get_context("spawn")
         self.owner = owner
         self.conn, theirs = ctx.Pipe()
+        fd, self.stderr = tempfile.mkstemp(prefix="edgespec-engine-", suffix=".stderr")  # the child's native stderr
+        os.close(fd)
         self.process = ctx.Process(
-            target=child_side.main, args=(theirs, spec, log_level), name="edgespec-engine", daemon=True
+            target=child_side.main, args=(theirs, spec, log_level, self.stderr), name="edgespec-engine", daemon=True
         )
         self.process.start()
         theirs.close()  # only the child holds its end: its death ends the pipe
@@ -182,6 +189,11 @@ class ChildProcess:
             cause = f"killed by {name}" + (", perhaps for lack of memory" if name == "SIGKILL" else "")
         else:
             cause = f"exited with code {code}"
+        said = last_words(self.stderr)
+        with contextlib.suppress(OSError):
+            os.unlink(self.stderr)
+        if said and self.killed_for is None:
+            cause += f": {said}"
         self.cause = cause
         with self._lock:
             self.dead = f"the engine process died ({cause}); it is restarting: retry in a few seconds"
@@ -192,3 +204,18 @@ class ChildProcess:
         self.ready.set()
         if not self.closing:
             self.owner.child_died(self, cause)
+
+
+def last_words(path: str, limit: int = 16384) -> str:
+    """What the child printed as it died, as one line: the first line of its last `limit` bytes
+    that names an assert, an abort or an error (ggml's `GGML_ASSERT(...) failed`, before the
+    backtrace it prints), else its last line; "" for none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+            lines = [" ".join(x.split()) for x in f.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [x for x in lines if x]
+    telling = [x for x in lines if any(w in x.lower() for w in ("assert", "abort", "error", "terminate", "fatal"))]
+    return (telling[:1] or lines[-1:] or [""])[0][:200]
