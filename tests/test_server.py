@@ -179,6 +179,15 @@ def test_max_tokens_above_the_context_is_clamped_with_length(served) -> None:
     assert r.usage.prompt_tokens + r.usage.completion_tokens <= 512
 
 
+def test_a_prompt_of_many_characters_a_token_that_fits_is_answered(served) -> None:
+    # pasted JSON indented by 8 runs about 11 characters a token: a bound of 8 refused it unread
+    url, _ = served
+    prompt = ("t5" + " " * 20) * 300  # 300 tokens of 22 characters, in a context of 512
+    assert len(prompt) > 512 * 8
+    r = client(url).completions.create(model="m", prompt=prompt, max_tokens=2)
+    assert r.usage.prompt_tokens <= 301 and r.choices[0].text
+
+
 def test_a_full_context_is_a_400_and_the_server_keeps_serving(served) -> None:
     url, _ = served
     c = client(url)

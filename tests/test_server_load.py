@@ -102,7 +102,7 @@ def test_an_oversize_prompt_is_refused_before_tokenizing_and_without_waiting_for
     assert isinstance(target, SlowTokenizer)
     target.release.set()
     target.gate.clear()  # the first request holds the engine (and its turn) until the gate opens
-    huge = "t5 " * (512 * defaults.PROMPT_CHARS_PER_TOKEN // 3 + 1)  # over 8 characters per context token
+    huge = "t5 " * (512 * defaults.PROMPT_CHARS_PER_TOKEN // 3 + 1)  # over the characters per context token bound
     long = "t5 " * 600  # few enough characters, but 600 tokens
     app = create_app(engine)
     with serve_in_thread(app) as url:
