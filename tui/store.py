@@ -126,9 +126,10 @@ def find_chat(
         raise EdgespecError(f"no saved chats in {directory}; start one with `edgespec chat`")
     if chat_id is None:
         newest = _mtime(directory / f"{chats[0].id}.json")
-        for broken in (b for b in bad if _mtime(directory / f"{b}.json") > newest and warn is not None):
+        for broken, why in bad.items() if warn is not None else ():
             path = directory / f"{broken}.json"
-            warn(f"the saved chat {path} is newer but cannot be read ({bad[broken]}); resuming {chats[0].id}")
+            if _mtime(path) > newest:
+                warn(f"the saved chat {path} is newer but cannot be read ({why}); resuming {chats[0].id}")
         return chats[0]
     if len(found) != 1:
         what = "no saved chat" if not found else f"{len(found)} saved chats"

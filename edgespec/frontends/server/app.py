@@ -307,7 +307,8 @@ def _error_chunk(fmt: Format) -> dict[str, Any]:
 
 def _param_of(message: str, code: str | None, prompt: str) -> str | None:
     """OpenAI's `param` for the engine's 400s: the prompt's field (`prompt`) for a context too
-    small, else the request field the message begins with."""
+    small, else the request field the message begins with. Read from the message because an
+    isolated engine's errors cross the process boundary as class and message only."""
     if code == "context_length_exceeded" or message.startswith("the prompt"):
         return prompt
     if message.startswith(("the JSON schema", "a JSON schema")):

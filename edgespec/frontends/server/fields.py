@@ -198,7 +198,7 @@ class ChatMessage(BaseModel):
         return data
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | Annotated[list[TextPart], Field(min_length=1)] | None = None
+    content: str | list[TextPart] | None = None  # an empty list is refused in _known, with its own words
     tool_calls: list[ToolCallIn] | None = Field(None, description="an assistant's calls, in the history")
     tool_call_id: str | None = Field(None, description="in a tool message: the call it answers")
     name: str | None = None

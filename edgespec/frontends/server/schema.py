@@ -131,6 +131,7 @@ class ChatFormat(Format):
         super().__init__(model, piece)
         self.tools = tools
         self._parser: CallParser | None = tools.parser() if tools is not None else None
+        self._forced = tools is not None and tools.choice != "auto"  # calls, no text: as OpenAI's, content null
         self._n_calls = 0
 
     def logprobs(self, lps: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
@@ -158,9 +159,8 @@ class ChatFormat(Format):
         first: bool = False,
         lps: Sequence[TokenLogprob] | None = None,
     ) -> dict[str, Any]:
-        forced = self.tools is not None and self.tools.choice != "auto"  # calls, no text: as OpenAI's, content null
         delta = (
-            {"role": "assistant", "content": None if forced else ""}
+            {"role": "assistant", "content": None if self._forced else ""}
             if first
             else {}
             if text is None
