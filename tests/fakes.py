@@ -113,10 +113,20 @@ class SlowFake(FakeModel):
     process aborts (a native crash)."""
 
     def __init__(
-        self, *args: object, delay: float = 0.0, hang_at: int | None = None, abort_at: int | None = None, **kw: object
+        self,
+        *args: object,
+        delay: float = 0.0,
+        hang_at: int | None = None,
+        abort_at: int | None = None,
+        tokenize_s: float = 0.0,
+        **kw: object,
     ) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
-        self.delay, self.hang_at, self.abort_at = delay, hang_at, abort_at
+        self.delay, self.hang_at, self.abort_at, self.tokenize_s = delay, hang_at, abort_at, tokenize_s
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        time.sleep(self.tokenize_s)  # a long prompt
+        return super().tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def eval(self, tokens: Sequence[int], pos: int, logits_from: int | None = None) -> np.ndarray:
         n = len(self.evals)
@@ -136,6 +146,7 @@ def make_slow_engine(
     abort_at: int | None = None,
     n_ctx: int = 4096,
     once: str | None = None,
+    tokenize_s: float = 0.0,
 ) -> Engine:
     """A fake pair for an isolated engine's child ("tests.fakes:make_slow_engine"). `once`: a
     file path; the first load creates it, every later load fails (a restart that cannot work)."""
@@ -143,7 +154,7 @@ def make_slow_engine(
         if Path(once).exists():
             raise EdgespecError("the models are gone (a test's doing)")
         Path(once).touch()
-    target = SlowFake(64, n_ctx=n_ctx, delay=delay, hang_at=hang_at, abort_at=abort_at)
+    target = SlowFake(64, n_ctx=n_ctx, delay=delay, hang_at=hang_at, abort_at=abort_at, tokenize_s=tokenize_s)
     return Engine(target, FakeModel(64, noise=0.5, n_ctx=n_ctx), name="fake")
 
 
@@ -159,3 +170,8 @@ def decode(
 ) -> Iterator[Step]:
     """`Decoder.run` with its request spelled out as keywords (the tests' shorthand)."""
     return dec.run(prompt, Request(params, controller, max_tokens, rng, cancel=cancel))
+
+
+def exit_one() -> None:
+    """A child's factory that exits with code 1 (a main module whose import fails in the child)."""
+    os._exit(1)

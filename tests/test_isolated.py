@@ -86,6 +86,20 @@ def test_user_errors_keep_their_class_and_message() -> None:
             engine.stream([1, 999])
         with pytest.raises(ContextFullError):
             engine.generate(" ".join(["t5"] * 80), raw=True)
+        # checked before stream() returns, as in process (they came at the first event, or as a TypeError)
+        for options, says in (
+            ({"logprobs": 99}, "logprobs must be between"),
+            ({"presence_penalty": 9}, "presence_penalty must be between"),
+            ({"logit_bias": {10**9: 1}}, "not in the vocabulary"),
+            ({"stop": [1]}, "stop must be a string or a list of strings"),
+        ):
+            with pytest.raises(EdgespecError, match=says):
+                engine.stream("t5", **options)
+        for prompt in (None, 5, b"t5"):
+            with pytest.raises(EdgespecError, match="the prompt must be a string"):
+                engine.generate(prompt)  # type: ignore[arg-type]
+        with pytest.raises(EdgespecError, match="outside the vocabulary"):
+            engine.piece(10**6)
         assert engine.generate("t5 t6", temperature=0, max_tokens=5).finish_reason == "length"  # still serving
 
 
@@ -235,6 +249,40 @@ def test_serve_and_chat_run_the_engine_isolated_unless_told_otherwise() -> None:
 def test_a_child_that_dies_while_loading_is_an_error_at_load_time() -> None:
     with pytest.raises(EngineCrashed, match="while loading the models.*SIGABRT"):
         IsolatedEngine(ChildSpec(factory="os:abort"))
+    # exit code 1: what a script that loads the engine at import time makes of the child
+    with pytest.raises(EngineCrashed, match='code 1.*outside `if __name__ == "__main__":`, move it there'):
+        IsolatedEngine(ChildSpec(factory="tests.fakes:exit_one"))
+
+
+def test_an_engine_dropped_unclosed_ends_its_child() -> None:
+    import gc
+
+    from edgespec.api.isolated import _OPEN
+
+    engine = isolated()
+    process = engine._child.process
+    del engine
+    gc.collect()
+    process.join(10)
+    assert not process.is_alive() and not list(_OPEN)  # it held about 0.9 GB per engine on the demo pair
+
+
+def test_close_waits_for_a_call_under_way_then_calls_say_closed() -> None:
+    # the child freed its models under a tokenize (a segfault on llama.cpp), and the call in
+    # flight read "the engine process died ...; it is restarting" from an engine closed on purpose
+    import threading
+
+    engine = isolated(tokenize_s=0.5)
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(engine.tokenize("t5 t6", raw=True)))
+    worker.start()
+    time.sleep(0.2)
+    engine.close()
+    worker.join(10)
+    assert got == [[1, 5, 6]]  # BOS, t5, t6: it finished on live models
+    with pytest.raises(EdgespecError, match="this engine is closed") as err:
+        engine.tokenize("t5")
+    assert type(err.value) is EdgespecError
 
 
 def test_a_script_that_ends_without_closing_its_engine_ends_quietly() -> None:

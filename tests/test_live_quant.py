@@ -53,7 +53,7 @@ def test_the_log_hears_a_verdict_once_not_at_every_request(caplog: pytest.LogCap
     from tests.fakes import make_engine
 
     eng = make_engine(noise=4.0)  # a poor draft: low acceptance
-    eng._quant = ASYM
+    eng._live.report = ASYM
     texts = []
     with caplog.at_level("WARNING", logger="edgespec"):
         for seed in range(4):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+import numpy as np
+
 from ..core import defaults
 from ..core.errors import EdgespecError, require_integer, require_number
 from ..core.grammar import compile_grammar
@@ -57,6 +59,32 @@ def check_params(p: SamplingParams, max_tokens: int, k: int | None, logprobs: in
         raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
     if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
         raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
+
+
+def check_stop(stop: Any) -> list[str]:
+    """`stop` as a list of strings (None: none); anything else is one clear error, before anything runs."""
+    stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    if isinstance(stops, (list, tuple)) and all(isinstance(s, str) for s in stops):
+        return list(stops)
+    raise EdgespecError(f"stop must be a string or a list of strings (got {_kind(stop)})")
+
+
+def check_token(token: Any, n_vocab: int) -> None:
+    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < n_vocab:
+        raise EdgespecError(f"token id {token!r} is outside the vocabulary (0..{n_vocab - 1})")
+
+
+def check_p_min(p_min: Any) -> None:
+    require_number("p_min", p_min)
+    if not 0 <= p_min <= 1:
+        raise EdgespecError(f"p_min must be in [0, 1] (got {p_min})")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        odd = next(x for x in value if not isinstance(x, str))
+        return f"a list holding {type(odd).__name__}"
+    return type(value).__name__
 
 
 def check_k(k: int | None) -> None:

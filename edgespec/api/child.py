@@ -88,6 +88,7 @@ def facts(engine: Engine) -> dict[str, Any]:
     return dict(
         name=engine.name,
         n_ctx=engine.n_ctx,
+        n_vocab=engine.target.n_vocab,
         has_draft=engine.has_draft,
         lookup=engine.lookup,
         warnings=list(engine.warnings),

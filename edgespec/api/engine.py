@@ -28,7 +28,7 @@ from ..core.detok import TextAssembler
 from ..core.errors import BusyError, EdgespecError
 from ..core.events import Result, StreamEvent
 from ..core.grammar import Grammar
-from ..core.info import EngineInfo, LiveVerdict
+from ..core.info import EngineInfo
 from ..core.model import Model, TextModel
 from ..core.penalties import make_penalties
 from ..core.request import Request
@@ -36,10 +36,11 @@ from ..core.sampling import SamplingParams
 from ..core.step_stats import drop
 from ..core.tools import ToolSet
 from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
-from ..llama.pair import QuantReport, live_quantization_verdict
+from ..llama.pair import QuantReport
 from ..llama.rpc import parse_endpoints
-from .checks import CLOSED, Closed, busy, check_k, check_params, check_structured_output
+from .checks import CLOSED, Closed, busy, check_k, check_p_min, check_params, check_stop, check_structured_output
 from .generation import Generation
+from .live import LiveWarning
 from .prompts import Prompt, Prompts
 
 log = logging.getLogger("edgespec")
@@ -70,15 +71,15 @@ class Engine:
         self.name = name
         self.warnings: list[str] = list(warnings)
         check_k(default_k)
+        check_p_min(p_min)
         self.default_k = default_k
         self.p_min = p_min
-        self._quant = quant_report
-        self._live: LiveVerdict | None = None  # the live verdict on the quantization asymmetry
-        self._drafted = self._accepted = 0
+        self._live = LiveWarning(quant_report)  # the quantization warning, as drafting measures it
         self._decoder = Decoder(target, draft, lookup=lookup, heads=heads)
         self.n_ctx = self._decoder.n_ctx
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
+        self._native = threading.RLock()  # native reads outside a generation (tokenize, piece): close waits for them
         self._running: Generation | None = None
         self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
         self._closed = False
@@ -157,13 +158,20 @@ class Engine:
         )
 
     def close(self) -> None:
+        """Free the models once a generation still running ends (closed, or cancelled where another thread reads)."""
         if self._closed:
             return
-        with self._hold():
+        self._end_running()
+        with self._hold(), self._native:  # and no tokenize or piece under way in another thread
             self._closed = True
             for m in (self.draft, self.target):
                 getattr(m, "close", lambda: None)()
             self.target = self._prompts = Closed()  # type: ignore[assignment]  # not freed memory: an error
+
+    def _end_running(self) -> None:
+        with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
+            if (running := self._running) is not None:
+                running.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -196,21 +204,25 @@ class Engine:
 
     def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
         """A string (a user message, or with `raw` text as is), messages or token ids as tokens."""
-        return self._prompts.tokenize(prompt, raw=raw, tools=tools)
+        with self._native:
+            return self._prompts.tokenize(prompt, raw=raw, tools=tools)
 
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
-        return self._prompts.chat_text(messages, tools=tools)
+        with self._native:
+            return self._prompts.chat_text(messages, tools=tools)
 
     def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
         """A checked `ToolSet` for `stream(tools=...)` from OpenAI's `tools` and `tool_choice`
         ("auto", "none", "required" or {"type": "function", "function": {"name": ...}});
         None when no tool may be called. `parallel=True`: several calls in one answer."""
-        return self._prompts.tools(tools, tool_choice, parallel=parallel)
+        with self._native:
+            return self._prompts.tools(tools, tool_choice, parallel=parallel)
 
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for."""
-        return self.target.piece(token)
+        with self._native:
+            return self._prompts.piece(token)
 
     def reset(self) -> None:
         """Empty both KV caches (the next request prefills from scratch, as in a fresh process)."""
@@ -253,17 +265,18 @@ class Engine:
         the N most likely alternatives (0..20; None: none, and no cost). `json_schema` (a
         dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output.
         `tools` (from `Engine.tools`, or OpenAI's list) offers functions: `tools.parser()` reads the calls."""
-        tools = self.tools(tools) if isinstance(tools, list) else tools  # OpenAI's list as it is
-        compiled = check_structured_output(json_schema, grammar, tools)
-        pen = make_penalties(
-            presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
-        )
-        params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
-        check_params(params, max_tokens, k, logprobs)
-        tokens = self.tokenize(prompt, raw=raw, tools=tools)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        stops = check_stop(stop)
+        with self._native:  # what reads the models here finishes before a close frees them
+            tools = self.tools(tools) if isinstance(tools, list) else tools  # OpenAI's list as it is
+            compiled = check_structured_output(json_schema, grammar, tools)
+            pen = make_penalties(
+                presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n, logit_bias, self.target.n_vocab
+            )
+            params = SamplingParams(temperature, top_k, top_p, min_p, seed, pen)
+            check_params(params, max_tokens, k, logprobs)
+            tokens = self.tokenize(prompt, raw=raw, tools=tools)
+            matcher = self._grammar(compiled) if compiled is not None else None
         spec = speculative and self.can_speculate and (self.default_k if k is None else k) != 0  # K = 0: plain
-        matcher = self._grammar(compiled) if compiled is not None else None
         return Generation(lambda gen: self._run(gen, tokens, params, max_tokens, spec, k, stops, logprobs, matcher))
 
     def _grammar(self, compiled: str) -> Grammar:
@@ -299,6 +312,7 @@ class Engine:
             text = TextAssembler(self.target.piece, stops)
             steps = self._decoder.run(tokens, request)
             stats = None
+            final: StreamEvent | None = None
             try:
                 for step in steps:
                     stats = step.stats
@@ -313,31 +327,17 @@ class Engine:
                     if logprobs is not None and lps is None:
                         lps = ()  # the last event, with no tokens
                     piece = "".join(s.text for s in segments)
-                    yield StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k, lps)
+                    event = StreamEvent(piece, toks, flags, step.stats, finish, tuple(segments), step.k, lps)
                     if finish is not None:
-                        return
+                        final = event
+                        break
+                    yield event
             finally:
                 steps.close()
                 self._running = None
-                self._update_live_warning(stats)
-
-    def _update_live_warning(self, stats: Any) -> None:
-        if self._quant is None or stats is None:
-            return
-        self._drafted += stats.n_drafted
-        self._accepted += stats.n_accepted
-        verdict = live_quantization_verdict(self._quant, self._drafted, self._accepted)
-        if verdict is None or verdict == self._live:
-            return
-        # the measured verdict replaces the static guess (and any earlier verdict); the log
-        # hears of it when it first appears or turns, not each time its figures move
-        turned = self._live is None or verdict.confirmed != self._live.confirmed
-        old = self._live.message if self._live is not None else None
-        self.warnings = [w for w in self.warnings if w not in self._quant.warnings and w != old]
-        self.warnings.append(verdict.message)
-        self._live = verdict
-        if turned:
-            log.warning("%s", verdict.message)
+                self.warnings = self._live.update(stats, self.warnings)
+        if final is not None:  # the last event, with the engine released: a reader that stops at it holds nothing
+            yield final
 
     def _controller(self, k: int | None, temperature: float, max_tokens: int) -> Controller:
         k = k if k is not None else self.default_k
@@ -380,7 +380,7 @@ class Engine:
             for event in gen:
                 parts.append(event.text)
                 tokens.extend(event.tokens)
-        assert event is not None and event.finish_reason is not None
+        assert event is not None and event.finish_reason is not None  # closed elsewhere: "cancelled" (Generation)
         text, finish, calls = "".join(parts), event.finish_reason, []
         if options.get("tools") is not None:
             content, finish, calls = options["tools"].answer(text, finish)

@@ -10,6 +10,9 @@ does dropping the handle unfinished (a `break` out of a `for` loop over it): the
 events it runs refer to it weakly, so nothing but the caller keeps it alive and
 it is closed as soon as the caller lets go of it. One kept in a variable holds the engine
 until it is exhausted or closed: another call waits for it (it may be read on in another thread).
+`close()` from another thread while a read is under way (a Stop button beside a worker that
+reads) cancels that read's step instead. Either way a stream read on after `close()` ends
+with one last event, "cancelled", as a cancelled one does.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 
-from ..core.events import StreamEvent
+from ..core.events import Stats, StreamEvent
 
 
 class Generation(Iterator[StreamEvent]):
     def __init__(self, run: Callable[[Generation], Iterator[StreamEvent]]) -> None:
         self.cancelled = threading.Event()
+        self._reading = threading.Lock()  # held by a read under way: close() from elsewhere cancels it
+        self._stats = Stats()  # the last event's
+        self._done = False  # its last event is out (or waits in _ending)
+        self._ending: StreamEvent | None = None  # the last event of a stream closed before its end
         self._events = run(weakref.proxy(self))  # no cycle: dropped, the handle frees its events at once
 
     def cancel(self) -> None:
@@ -34,12 +41,28 @@ class Generation(Iterator[StreamEvent]):
         return self
 
     def __next__(self) -> StreamEvent:
-        return next(self._events)
+        with self._reading:
+            if (ending := self._ending) is not None:
+                self._ending = None
+                return ending
+            event = next(self._events)
+            self._stats, self._done = event.stats, event.finish_reason is not None
+            return event
 
     def close(self) -> None:
-        close = getattr(self._events, "close", None)
-        if close is not None:
-            close()
+        """Release the engine at once; while another thread is reading, cancel that read's step
+        (closing a generator under way would raise, in either thread)."""
+        if not self._reading.acquire(blocking=False):
+            self.cancel()
+            return
+        try:
+            close = getattr(self._events, "close", None)
+            if close is not None:
+                close()
+            if not self._done:  # read on, it ends as a cancelled stream does
+                self._ending, self._done = StreamEvent("", (), (), self._stats, "cancelled"), True
+        finally:
+            self._reading.release()
 
     def __enter__(self) -> Generation:
         return self

@@ -35,6 +35,7 @@ import multiprocessing.util
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,17 @@ from ..core import errors
 from ..core.errors import EdgespecError, EngineCrashed
 from ..core.events import Stats, StreamEvent
 from ..core.info import EngineInfo
+from ..core.penalties import make_penalties
 from ..core.sampling import SamplingParams
 from ..core.tools import ToolSet
 from ..llama.loading import LoadOptions
 from . import engine as _engine
-from .checks import check_params, check_structured_output
+from .checks import CLOSED, check_params, check_stop, check_structured_output
 from .child import ChildSpec
 from .engine import Engine, Prompt
 from .generation import Generation
 from .process import ChildProcess
+from .prompts import check_prompt
 
 __all__ = ["ChildSpec", "IsolatedEngine"]
 
@@ -94,9 +97,21 @@ class IsolatedEngine(Engine):
         self._load_s = 1.0
         self.warnings: list[str] = []
         self._pieces: dict[int, bytes] = {}  # the vocabulary's text, as asked for (it never changes)
+        self._current = _Current()
         self._child = self._start()
         self._state = "ok"
         _OPEN.add(self)
+        # dropped unclosed, the engine closes its child (its pipe's reader holds it only weakly)
+        self._finalizer = weakref.finalize(self, self._current.close)
+        self._finalizer.atexit = False  # at exit, _close_open_engines (it cancels a stream first)
+
+    @property
+    def _child(self) -> ChildProcess:
+        return self._current.child  # type: ignore[return-value]
+
+    @_child.setter
+    def _child(self, child: ChildProcess) -> None:
+        self._current.child = child
 
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, **options: Any) -> Engine:
@@ -119,10 +134,17 @@ class IsolatedEngine(Engine):
             child.process.join(10)
             raise _error(*child.load_error)
         if child.dead is not None:
-            raise EngineCrashed(f"the engine process died while loading the models ({child.cause})")
+            hint = ""
+            if child.process.exitcode == 1:  # what Python exits with when the main module's import fails
+                hint = (
+                    '; if your script loads the engine outside `if __name__ == "__main__":`, move it there'
+                    " (the engine's process imports the script)"
+                )
+            raise EngineCrashed(f"the engine process died while loading the models ({child.cause}){hint}")
         self._load_s = time.monotonic() - t0
         facts = child.facts
         self.name, self.n_ctx, self.lookup = facts["name"], facts["n_ctx"], facts["lookup"]
+        self._n_vocab = facts["n_vocab"]
         self.default_k, self.p_min = facts["default_k"], facts["p_min"]
         self._has_draft, self._info = facts["has_draft"], facts["info"]
         self.warnings = list(facts["warnings"])
@@ -172,9 +194,9 @@ class IsolatedEngine(Engine):
 
     def _live_child(self) -> ChildProcess:
         if self._closed:
-            raise EdgespecError("this engine is closed; load a new one")
+            raise EdgespecError(CLOSED)
         if self._state == "failed":
-            raise EngineCrashed(f"the engine could not be restarted ({self._failure}); restart edgespec")
+            raise EngineCrashed(f"the engine could not be restarted ({self._failure}); close it and load a new one")
         if self._state != "ok":
             raise EngineCrashed("the engine is restarting after a crash; retry in a few seconds", self.retry_after)
         return self._child
@@ -197,6 +219,8 @@ class IsolatedEngine(Engine):
         finally:
             child.forget(cid)
         if kind == "crashed":
+            if self._closed:  # closed beside this call: the child's end is no crash
+                raise EdgespecError(CLOSED)
             raise EngineCrashed(rest[0], self.retry_after)
         ok, value = rest
         if not ok:
@@ -206,8 +230,10 @@ class IsolatedEngine(Engine):
     def close(self) -> None:
         if self._closed:
             return
+        self._end_running()
         with self._hold():
             self._closed = True
+        self._finalizer.detach()
         self._child.close()
 
     # -- the Engine API -----------------------------------------------------------------------
@@ -223,6 +249,7 @@ class IsolatedEngine(Engine):
         return bool(self._has_draft or self.lookup)
 
     def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
+        check_prompt(prompt)
         sent = prompt if isinstance(prompt, str) else list(prompt)  # any sequence crosses as a list
         return self._call("tokenize", sent, raw=raw, tools=tools)  # type: ignore[no-any-return]
 
@@ -249,8 +276,14 @@ class IsolatedEngine(Engine):
         opts = dict(args.arguments)
         del opts["self"], opts["prompt"]
         raw = opts.pop("raw")
+        check_prompt(prompt)
+        opts["stop"] = check_stop(opts["stop"])
+        make_penalties(  # its errors here, not at the first event
+            opts["presence_penalty"], opts["frequency_penalty"], opts["repeat_penalty"], opts["repeat_last_n"],
+            opts["logit_bias"], self._n_vocab,
+        )  # fmt: skip
         params = SamplingParams(opts["temperature"], opts["top_k"], opts["top_p"], opts["min_p"], opts["seed"])
-        check_params(params, opts["max_tokens"], opts["k"])
+        check_params(params, opts["max_tokens"], opts["k"], opts["logprobs"])
         if isinstance(opts["tools"], list):  # OpenAI's list as it is
             opts["tools"] = self.tools(opts["tools"])
         schema = opts["json_schema"]
@@ -280,14 +313,15 @@ class IsolatedEngine(Engine):
                     ended = kind != "event"
                     if kind == "event":
                         last = rest[0]
-                        yield rest[0]
+                        if last.finish_reason is None:  # the last one waits for the stream's end
+                            yield last
                     elif kind == "error":
                         raise _error(rest[0], rest[1])
                     elif kind == "crashed" and (last is None or last.finish_reason is None):
                         if not cancelled.is_set():
                             raise EngineCrashed(rest[0], self.retry_after)
                         stats = last.stats if last is not None else Stats()
-                        yield StreamEvent("", (), (), stats, "cancelled")
+                        last = StreamEvent("", (), (), stats, "cancelled")
             finally:
                 if sent and not ended:  # closed early: stop the child's stream, wait for its end
                     finished = last is not None and last.finish_reason is not None
@@ -296,6 +330,18 @@ class IsolatedEngine(Engine):
                         pass
                 child.forget(gid)
                 self._running = None
+        if last is not None and last.finish_reason is not None:
+            yield last  # with the engine released, as in process
+
+
+class _Current:
+    """The engine's child of the moment (a restart replaces it), for the finalizer to close."""
+
+    child: ChildProcess | None = None
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
 
 
 class _Remote(Generation):

@@ -21,6 +21,7 @@ import signal
 import tempfile
 import threading
 import time
+import weakref
 from multiprocessing import get_context
 from multiprocessing.connection import wait
 from typing import Any, Protocol
@@ -50,7 +51,7 @@ class ChildProcess:
 
     def __init__(self, owner: Owner, spec: ChildSpec, log_level: int) -> None:
         ctx = get_context("spawn")
-        self.owner = owner
+        self._owner = weakref.ref(owner)  # not kept alive by this thread: a dropped engine closes its child
         self.conn, theirs = ctx.Pipe()
         fd, self.stderr = tempfile.mkstemp(prefix="edgespec-engine-", suffix=".stderr")  # the child's native stderr
         os.close(fd)
@@ -77,11 +78,15 @@ class ChildProcess:
     def pid(self) -> int | None:
         return self.process.pid
 
+    def _retry_after(self) -> int:
+        owner = self._owner()
+        return owner.retry_after if owner is not None else 1
+
     # -- talking to it -------------------------------------------------------------------
     def open(self, rid: int) -> queue.Queue[tuple]:
         with self._lock:
             if self.dead is not None:
-                raise EngineCrashed(self.dead, self.owner.retry_after)
+                raise EngineCrashed(self.dead, self._retry_after())
             q: queue.Queue[tuple] = queue.Queue()
             self._pending[rid] = q
             return q
@@ -97,7 +102,7 @@ class ChildProcess:
                 self.conn.send(message)
         except (OSError, ValueError) as err:  # a dead child's pipe; its reader reports the death
             gone = self.dead or "the engine process is gone; retry in a few seconds"
-            raise EngineCrashed(gone, self.owner.retry_after) from err
+            raise EngineCrashed(gone, self._retry_after()) from err
 
     def cancel(self, gid: int, grace_s: float, *, tell: bool = True) -> None:
         """Stop `gid`, and kill the child if it has not ended the stream `grace_s` from now."""
@@ -164,8 +169,8 @@ class ChildProcess:
             self.load_error = (message[1], message[2])
             self.ready.set()
         else:
-            if kind in ("end", "error"):
-                self.owner.warnings = list(message[-1])
+            if kind in ("end", "error") and (owner := self._owner()) is not None:
+                owner.warnings = list(message[-1])
             with self._lock:
                 q = self._pending.get(message[1])
                 if kind in ("end", "error"):
@@ -177,7 +182,8 @@ class ChildProcess:
         with self._lock:
             late = any(t <= time.monotonic() for t in self._deadlines.values())
         if late and self.process.is_alive():
-            grace = self.owner.cancel_grace_s
+            owner = self._owner()
+            grace = owner.cancel_grace_s if owner is not None else 0.0
             self.kill(f"a generation did not stop within {grace:g} s of being cancelled")
 
     def _died(self) -> None:
@@ -202,8 +208,8 @@ class ChildProcess:
         for rid, q in pending:
             q.put(("crashed", rid, self.dead))
         self.ready.set()
-        if not self.closing:
-            self.owner.child_died(self, cause)
+        if not self.closing and (owner := self._owner()) is not None:
+            owner.child_died(self, cause)
 
 
 def last_words(path: str, limit: int = 16384) -> str:

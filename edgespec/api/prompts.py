@@ -3,7 +3,7 @@ tools offered) or token ids. The engine's front half, apart so the engine stays 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ from ..core import templates
 from ..core.errors import ContextFullError, EdgespecError
 from ..core.model import TextModel
 from ..core.tools import ToolSet, layout_for, make_toolset, render_history
+from .checks import check_token
 
 Prompt = str | Sequence[dict] | Sequence[int]
 
@@ -26,16 +27,12 @@ class Prompts:
         return make_toolset(tools, tool_choice, self.template, parallel=parallel)
 
     def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
+        check_prompt(prompt)
         if isinstance(prompt, str):
             if raw:
                 return self.target.tokenize(_utf8(prompt), add_special=True, parse_special=True)
             prompt = [{"role": "user", "content": prompt}]
-        try:
-            items: list[Any] = list(prompt)
-        except TypeError:  # None, a number: not a sequence of messages or ids
-            raise EdgespecError(
-                f"the prompt must be a string, a list of messages or a list of token ids (got {type(prompt).__name__})"
-            ) from None
+        items: list[Any] = list(prompt)  # check_prompt: it iterates
         if not items:
             raise EdgespecError("the prompt is empty; give it text, messages or token ids")
         if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in items):
@@ -48,6 +45,10 @@ class Prompts:
         bos = self._text(self.target.bos_id)
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(_utf8(text), add_special=add_bos, parse_special=True)
+
+    def piece(self, token: int) -> bytes:
+        check_token(token, self.target.n_vocab)  # llama.cpp's own lookup throws past the vocabulary (an abort)
+        return self.target.piece(token)
 
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
@@ -67,6 +68,17 @@ class Prompts:
 
     def _text(self, token: int) -> str:
         return self.target.token_text(token) if token >= 0 else ""
+
+
+def check_prompt(prompt: Any) -> None:
+    """A string, or messages or token ids (any iterable of them); not None, a number, or bytes
+    (whose items are numbers: b"Hi" would be read as token ids)."""
+    if isinstance(prompt, (bytes, bytearray, memoryview)) or not isinstance(prompt, Iterable):
+        hint = "; decode it to str first" if isinstance(prompt, (bytes, bytearray, memoryview)) else ""
+        raise EdgespecError(
+            "the prompt must be a string, a list of messages or a list of token ids "
+            f"(got {type(prompt).__name__}){hint}"
+        )
 
 
 def _utf8(text: str) -> str:

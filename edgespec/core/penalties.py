@@ -74,6 +74,8 @@ def make_penalties(
         raise EdgespecError(f"repeat_penalty must be between {low:g} and {high:g} (1 = off; got {repeat})")
     if repeat_last_n < -1:
         raise EdgespecError(f"repeat_last_n must be >= -1 (-1 = the whole context, 0 = off; got {repeat_last_n})")
+    if logit_bias is not None and not isinstance(logit_bias, Mapping):
+        raise EdgespecError(f"logit_bias must map token ids to biases (got {type(logit_bias).__name__})")
     bias: dict[int, float] = {}
     for token, value in (logit_bias or {}).items():
         if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < n_vocab:
