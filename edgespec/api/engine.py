@@ -42,6 +42,7 @@ from .checks import CLOSED, Closed, busy, check_k, check_p_min, check_params, ch
 from .generation import Generation
 from .live import LiveWarning
 from .prompts import Prompt, Prompts
+from .uses import Uses
 
 log = logging.getLogger("edgespec")
 LOCK_WAIT_S = 30.0
@@ -79,7 +80,7 @@ class Engine:
         self.n_ctx = self._decoder.n_ctx
         self._info = info or EngineInfo(n_ctx=self.n_ctx)
         self._lock = threading.Lock()
-        self._native = threading.RLock()  # native reads outside a generation (tokenize, piece): close waits for them
+        self._native = Uses()  # native reads outside a generation (tokenize, piece): close waits for them
         self._running: Generation | None = None
         self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
         self._closed = False
@@ -162,7 +163,7 @@ class Engine:
         if self._closed:
             return
         self._end_running()
-        with self._hold(), self._native:  # and no tokenize or piece under way in another thread
+        with self._hold(), self._native.alone():  # and no tokenize or piece under way in another thread
             self._closed = True
             for m in (self.draft, self.target):
                 getattr(m, "close", lambda: None)()
@@ -204,24 +205,24 @@ class Engine:
 
     def tokenize(self, prompt: Prompt, *, raw: bool = False, tools: ToolSet | None = None) -> list[int]:
         """A string (a user message, or with `raw` text as is), messages or token ids as tokens."""
-        with self._native:
+        with self._native():
             return self._prompts.tokenize(prompt, raw=raw, tools=tools)
 
     def chat_text(self, messages: Sequence[dict], *, tools: ToolSet | None = None) -> str:
         """The prompt text the chat template makes of `messages` (what gets tokenized)."""
-        with self._native:
+        with self._native():
             return self._prompts.chat_text(messages, tools=tools)
 
     def tools(self, tools: Any, tool_choice: Any = "auto", *, parallel: bool = False) -> ToolSet | None:
         """A checked `ToolSet` for `stream(tools=...)` from OpenAI's `tools` and `tool_choice`
         ("auto", "none", "required" or {"type": "function", "function": {"name": ...}});
         None when no tool may be called. `parallel=True`: several calls in one answer."""
-        with self._native:
+        with self._native():
             return self._prompts.tools(tools, tool_choice, parallel=parallel)
 
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for."""
-        with self._native:
+        with self._native():
             return self._prompts.piece(token)
 
     def reset(self) -> None:
@@ -266,7 +267,7 @@ class Engine:
         dict or JSON text; True: any JSON object) or `grammar` (Lark) constrains the output.
         `tools` (from `Engine.tools`, or OpenAI's list) offers functions: `tools.parser()` reads the calls."""
         stops = check_stop(stop)
-        with self._native:  # what reads the models here finishes before a close frees them
+        with self._native():  # what reads the models here finishes before a close frees them
             tools = self.tools(tools) if isinstance(tools, list) else tools  # OpenAI's list as it is
             compiled = check_structured_output(json_schema, grammar, tools)
             pen = make_penalties(
