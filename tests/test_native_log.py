@@ -25,6 +25,25 @@ def test_a_ctrl_c_inside_the_callback_is_raised_once_the_native_call_returns(mon
     native_log.raise_if_interrupted()
 
 
+def test_a_ctrl_c_anywhere_in_a_native_call_is_kept_and_sigint_handled_as_before_after_it() -> None:
+    # raised at the callback's first line, before its `try`, the Ctrl-C was dropped by ctypes
+    # about half the time (the load and the whole answer went on, exit code 0)
+    import os
+    import signal
+    import time
+
+    before = signal.getsignal(signal.SIGINT)
+    native_log.begin_load()
+    os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler here: it only keeps it
+    native_log.log_callback(4, b"llama_model_load: loading tensors\n", None)
+    with pytest.raises(KeyboardInterrupt):
+        native_log.raise_if_interrupted()
+    assert signal.getsignal(signal.SIGINT) is before is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)  # outside a native call: raised at once, as ever
+        time.sleep(1)
+
+
 def test_the_first_error_line_of_a_load_is_kept() -> None:
     native_log.begin_load()
     native_log.log_callback(3, b"a warning\n", None)

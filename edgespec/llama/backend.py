@@ -108,16 +108,15 @@ class LlamaModel:
         if devices is not None:  # a NULL-terminated list, kept alive as long as the model
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        # Weights repacked as llama.cpp's tools do (a Q4_0 model's 16-token verify 25-40% faster on
-        # AVX2), but not with AMX: this llama.cpp's AMX matmul segfaults on batches of over one token.
+        # Weights repacked as llama.cpp's tools do (a Q4_0 model's 16-token verify 25-40% faster on AVX2),
+        # but not with AMX: this llama.cpp's AMX matmul segfaults on batches of over one token.
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
         native_log.begin_load()
         self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not self._model:
-            why = (
-                native_log.first_error().partition("error loading model: ")[2]
-                or "check it is a complete GGUF model file"
-            )
+            native_log.raise_if_interrupted()
+            why = native_log.first_error().partition("error loading model: ")[2]
+            why = why or "check it is a complete GGUF model file"
             raise ModelFileError(f"llama.cpp could not load {self.path}: {why[:200]}")
         self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()

@@ -4,8 +4,10 @@ one-line error gives.
 
 A Ctrl-C that arrives while llama.cpp is inside a call that logs (a model load prints hundreds
 of lines) is raised inside this callback, and ctypes drops what a callback raises: the load went
-on and the whole answer was generated. The callback keeps it, and `raise_if_interrupted` raises
-it again once the native call has returned.
+on and the whole answer was generated. Catching it in the callback missed it about half the
+time (raised at the callback's first line, before its `try`), so from `begin_load` to
+`raise_if_interrupted` Ctrl-C only sets a flag (in the main thread, where Python runs signal
+handlers), and `raise_if_interrupted` raises it once the native call has returned.
 
 The callback's type is llama_cpp's own `llama_log_callback` (ctypes caches one class per
 signature), so this module needs no import of llama_cpp.
@@ -16,7 +18,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 import threading
+from typing import Any
 
 log = logging.getLogger("edgespec.llama")
 LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -24,6 +28,7 @@ CONTINUED = 5  # ggml's level for a line that goes on the previous one
 _last_level = logging.DEBUG
 _first_error = ""
 _interrupted = threading.Event()
+_previous: Any = None  # SIGINT's handler before begin_load, while a native call runs
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
@@ -49,9 +54,13 @@ def quiet_aborts() -> None:
 
 
 def begin_load() -> None:
-    global _first_error
+    """Before a native call that logs; `raise_if_interrupted` after it, on every path."""
+    global _first_error, _previous
     _first_error = ""
     _interrupted.clear()  # (one kept from a call that nobody checked is not this load's)
+    if threading.current_thread() is threading.main_thread() and _previous is None:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not a child's SIG_IGN
+            _previous = signal.signal(signal.SIGINT, lambda *_: _interrupted.set())
 
 
 def first_error() -> str:
@@ -60,7 +69,11 @@ def first_error() -> str:
 
 
 def raise_if_interrupted() -> None:
-    """Raise the KeyboardInterrupt the callback kept, if one came during the native call."""
+    """Raise the KeyboardInterrupt kept during the native call, if one came."""
+    global _previous
+    if _previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _previous)
+        _previous = None
     if _interrupted.is_set():
         _interrupted.clear()
         raise KeyboardInterrupt
