@@ -101,7 +101,8 @@ def test_usage_errors_are_one_line() -> None:
     assert_one_line_error(rc, err, elapsed)
     # argparse's own errors too (its usage block came first, the top level's for a subcommand)
     for args, says in (
-        (("inspect", "a.gguf", "b.gguf", "c.gguf"), "unrecognized arguments: c.gguf"),
+        (("inspect", "a.gguf", "b.gguf", "c.gguf"), "unrecognized arguments: c.gguf (see `edgespec inspect --help`)"),
+        (("run", "--bogus"), "unrecognized arguments: --bogus (see `edgespec run --help`)"),
         (("run", "--k", "abc"), "invalid int value: 'abc' (see `edgespec run --help`)"),
         (("bogus",), "invalid choice: 'bogus'"),
     ):
@@ -113,6 +114,17 @@ def test_usage_errors_are_one_line() -> None:
 def test_models_alone_lists_them() -> None:
     rc, out, err, _ = run_cli("models")  # it said "the following arguments are required: action, names"
     assert rc == 0 and "demo" in out, err
+
+
+def test_models_prepare_takes_its_names_after_an_option() -> None:
+    # `models prepare --config F demo` was "unrecognized arguments: demo" (argparse matched both
+    # positionals before the option)
+    config = str(Path(__file__).parent.parent / "models.toml")
+    for args in (("prepare", "--config", config, "demo"), ("prepare", "--verbose", "demo")):
+        rc, out, err, _ = run_cli("models", *args)
+        assert rc == 0 and out.startswith("demo: target "), err
+    rc, _, err, _ = run_cli("models", "list", "--config", config, "demo")
+    assert rc == 2 and "models list takes no names" in err
 
 
 def test_bad_sampling_options_are_refused_before_any_model_loads(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NoReturn
@@ -135,9 +135,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="edgespec", description="Lossless speculative decoding for local GGUF models")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices
     run = sub.add_parser("run", help="generate once and print the text and speculation stats")
     add_model_args(run)
     add_sampling_args(run)
@@ -173,13 +174,20 @@ class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line, as every other error (not argparse's usage block first);
     its subcommands' parsers are of this class too."""
 
+    commands: Mapping[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"edgespec: error: {message} (see `{self.prog} --help`)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    return run_command(parser.parse_args(argv))
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "models" and not any(x.startswith("-") for x in extra):
+        args.names = [*args.names, *extra]  # after an option (`models prepare --config F demo`): argparse's gap
+    elif extra:  # the command's own help, not the top one's
+        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return run_command(args)
 
 
 if __name__ == "__main__":
