@@ -207,3 +207,17 @@ def test_options_a_user_gets_wrong_are_one_line(args: list[str], says: str, caps
         f"edgespec: error: {says}"
         + ("" if "models" not in args else " (to prepare pairs: edgespec models prepare demo)")
     ]
+
+
+def test_a_prompt_that_needs_no_model_to_refuse_is_refused_before_any_load(tmp_path: Path) -> None:
+    # a prompt that is not UTF-8, or an empty raw one, was refused only after both models loaded
+    missing = str(tmp_path / "never-read.gguf")  # the model's own error would come first after a load
+    p = subprocess.run(
+        [*EDGESPEC, "run", "--target", missing, "--prompt", "-"], input=b"caf\xe9\n", capture_output=True, timeout=60
+    )
+    err = p.stderr.decode()
+    assert_one_line_error(p.returncode, err)
+    assert "the prompt is not valid UTF-8" in err
+    rc, _, err, elapsed = run_cli("run", "--target", missing, "--raw", "--prompt", "")
+    assert_one_line_error(rc, err, elapsed)
+    assert "the prompt is empty" in err

@@ -30,7 +30,7 @@ class Prompts:
         check_prompt(prompt)
         if isinstance(prompt, str):
             if raw:
-                return self.target.tokenize(_utf8(prompt), add_special=True, parse_special=True)
+                return self.target.tokenize(utf8_text(prompt), add_special=True, parse_special=True)
             prompt = [{"role": "user", "content": prompt}]
         items: list[Any] = list(prompt)  # check_prompt: it iterates
         if not items:
@@ -44,7 +44,7 @@ class Prompts:
         text = self.chat_text(items, tools=tools)
         bos = self._text(self.target.bos_id)
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
-        return self.target.tokenize(_utf8(text), add_special=add_bos, parse_special=True)
+        return self.target.tokenize(utf8_text(text), add_special=add_bos, parse_special=True)
 
     def piece(self, token: int) -> bytes:
         check_token(token, self.target.n_vocab)  # llama.cpp's own lookup throws past the vocabulary (an abort)
@@ -81,7 +81,7 @@ def check_prompt(prompt: Any) -> None:
         )
 
 
-def _utf8(text: str) -> str:
+def utf8_text(text: str) -> str:
     """Text llama.cpp can tokenize: bytes that were not UTF-8 (a shell's argument, a pipe) reach
     Python as lone surrogates, which UTF-8 cannot encode."""
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from edgespec import EdgespecError
+from edgespec.api.prompts import utf8_text
 
 from .options import (
     add_model_args,
@@ -30,7 +31,10 @@ from .options import (
 
 def cmd_run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    constraint = _constraint(args)  # a bad schema is refused before minutes of loading
+    utf8_text(prompt)  # what needs no model is refused before minutes of loading
+    if args.raw and not prompt:
+        raise EdgespecError("the prompt is empty; give it text")
+    constraint = _constraint(args)  # a bad schema too
     engine = engine_from_args(args)
     shown = list(engine.warnings)
     for w in shown:
