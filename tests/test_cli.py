@@ -221,3 +221,20 @@ def test_a_prompt_that_needs_no_model_to_refuse_is_refused_before_any_load(tmp_p
     rc, _, err, elapsed = run_cli("run", "--target", missing, "--raw", "--prompt", "")
     assert_one_line_error(rc, err, elapsed)
     assert "the prompt is empty" in err
+
+
+def test_a_full_disk_a_closed_stderr_and_an_ascii_terminal_are_no_traceback(tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:  # `> /dev/full`: a disk that filled up under the output
+        p = subprocess.run([*EDGESPEC, "models"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.strip() == "edgespec: error: No space left on device", p.stderr
+    # `2>&-`: print(file=None) put the error (and run's stats) on stdout, into a --json reader's input
+    missing = str(tmp_path / "caf\u00e9.gguf")
+    p = subprocess.run(
+        [*EDGESPEC, "inspect", missing], capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.close(2)
+    )
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    # a terminal whose encoding lacks a character of the output: a "?" for it, not a traceback
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    p = subprocess.run([*EDGESPEC, "inspect", missing], capture_output=True, text=True, timeout=60, env=env)
+    assert_one_line_error(p.returncode, p.stderr)
+    assert "caf?.gguf" in p.stderr

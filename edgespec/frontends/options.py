@@ -179,6 +179,11 @@ def format_stats(s: Stats) -> str:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; a user's error is one line on stderr and exit code 2."""
+    for name in ("stdin", "stdout", "stderr"):
+        if getattr(sys, name) is None:  # started with it closed (`2>&-`): print(file=None) wrote to stdout
+            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w"))
+        elif name != "stdin" and hasattr(stream := getattr(sys, name), "reconfigure"):
+            stream.reconfigure(errors="replace")  # a character the terminal's encoding lacks: "?", not a traceback
     try:
         return int(args.func(args) or 0)
     except EdgespecError as err:
@@ -190,3 +195,8 @@ def run_command(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader of the output left (`edgespec inspect m.gguf | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # as a shell reports SIGPIPE
+    except OSError as err:  # the system's, not the user's: writing the output to a full disk (`> /dev/full`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the output's own, at exit)
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"edgespec: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
