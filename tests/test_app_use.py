@@ -163,3 +163,8 @@ def test_a_bytes_prompt_is_refused_not_read_as_token_ids() -> None:
 def test_p_min_out_of_range_is_refused_at_load(p_min: object) -> None:
     with pytest.raises(EdgespecError, match="p_min must be"):
         Engine(FakeModel(), FakeModel(noise=0.5), p_min=p_min)  # type: ignore[arg-type]
+
+
+def test_a_seed_too_large_names_the_range() -> None:
+    with pytest.raises(EdgespecError, match=r"seed must be an integer from 0 to 2\*\*63 - 1"):
+        make_engine().generate("t5", seed=2**63)  # "a non-negative integer" did not say what was wrong

@@ -82,3 +82,12 @@ def test_a_config_named_by_the_environment_that_is_not_there_is_an_error(tmp_pat
     write(tmp_path, '[models.mine]\npath = "/m.gguf"\n')
     monkeypatch.setenv("EDGESPEC_CONFIG", "~/models.toml")  # as a shell leaves it when quoted
     assert "mine" in load_config().models
+
+
+def test_a_config_path_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    from edgespec.llama.config import find_config
+
+    with pytest.raises(ConfigError, match="is a directory, not a file"):  # it said "does not exist"
+        find_config(tmp_path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        find_config(tmp_path / "models.toml")

@@ -88,6 +88,17 @@ def test_a_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
         prepare(cfg, "d")
 
 
+def test_a_users_truncated_file_is_listed_unusable_not_ready(tmp_path: Path) -> None:
+    whole = tmp_path / "whole.gguf"
+    whole.write_bytes(small_model())
+    (tmp_path / "cut.gguf").write_bytes(whole.read_bytes()[:100])  # `models list` said "ready", then run failed
+    (tmp_path / "models.toml").write_text(
+        f'[models.w]\npath = "{whole}"\n[models.c]\npath = "{tmp_path / "cut.gguf"}"\n'
+    )
+    cfg = load_config(tmp_path / "models.toml")
+    assert (state(cfg, cfg.model("w")), state(cfg, cfg.model("c"))) == ("ready", "unusable")
+
+
 def test_a_derived_model_whose_source_was_deleted_is_used_as_it_was_made(tmp_path: Path) -> None:
     source, cfg, made = _made_earlier(tmp_path)
     prepare(cfg, "small", progress=lambda _: None)  # records its recipe

@@ -56,7 +56,7 @@ def check_params(p: SamplingParams, max_tokens: int, k: int | None, logprobs: in
         raise EdgespecError(f"max_tokens must be >= 1 (got {max_tokens})")
     check_k(k)
     if p.seed is not None and not 0 <= p.seed < 2**63:
-        raise EdgespecError(f"seed must be a non-negative integer (got {p.seed})")
+        raise EdgespecError(f"seed must be an integer from 0 to 2**63 - 1 (got {p.seed})")
     if logprobs is not None and not 0 <= logprobs <= defaults.TOP_LOGPROBS_LIMIT:
         raise EdgespecError(f"logprobs must be between 0 and {defaults.TOP_LOGPROBS_LIMIT} (got {logprobs})")
 

@@ -131,7 +131,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"model {m.name:22} {state(cfg, m):13} {src}")
     for p in cfg.pairs.values():
         states = {state(cfg, cfg.model(n)) for n in (p.target, p.draft) if n is not None}
-        shown = next((s for s in ("missing", "not prepared", "changed") if s in states), "ready")
+        shown = next((s for s in ("missing", "unusable", "not prepared", "changed") if s in states), "ready")
         print(
             f"pair  {p.name:22} {shown:13} {p.target} + {p.draft or 'prompt lookup'}"
             f" (k={'auto' if p.k is None else p.k})"

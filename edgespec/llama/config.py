@@ -94,7 +94,8 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
     if explicit is not None:
         p = Path(explicit).expanduser()
         if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist; check the path")
+            what = "is a directory, not a file" if p.is_dir() else "does not exist"
+            raise ConfigError(f"config file {p} {what}; check the path")
         return p
     candidates: list[str | Path] = [
         "models.toml",

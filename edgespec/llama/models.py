@@ -35,9 +35,16 @@ def _stderr(msg: str) -> None:
 
 def state(config: Config, entry: ModelEntry) -> str:
     """ "ready", "not prepared", "changed" (made from the entry as it read before; `prepare` makes
-    it again) or, for a user's own file, "ready" or "missing"."""
+    it again) or, for a user's own file, "ready", "missing" or "unusable" (not a whole GGUF file:
+    its header and tensor table are read, as a load would)."""
     if entry.path is not None:
-        return "ready" if entry.path.is_file() else "missing"
+        if not entry.path.is_file():
+            return "missing"
+        try:
+            read_gguf(entry.path)
+        except ModelFileError:
+            return "unusable"
+        return "ready"
     if not entry.location().is_file():
         return "not prepared"
     src = config.model(entry.derive) if entry.derive is not None else None
