@@ -238,3 +238,17 @@ def test_a_full_disk_a_closed_stderr_and_an_ascii_terminal_are_no_traceback(tmp_
     p = subprocess.run([*EDGESPEC, "inspect", missing], capture_output=True, text=True, timeout=60, env=env)
     assert_one_line_error(p.returncode, p.stderr)
     assert "caf?.gguf" in p.stderr
+
+
+def test_structured_output_mistakes_are_one_line_in_the_commands_own_words(tmp_path: Path) -> None:
+    listed, lark = tmp_path / "arr.json", tmp_path / "g.lark"
+    listed.write_text("[1,\n 2]\n")  # the file's newlines ended up in the message: two lines
+    lark.write_text('start: "a"\n')
+    missing = str(tmp_path / "never-read.gguf")
+    for extra, says in (
+        (("--json-schema", str(listed)), "a JSON schema is an object (a dict), not list: [1, 2]"),
+        (("--json-schema", str(listed), "--grammar", str(lark)), "give either --json-schema or --grammar, not both"),
+    ):
+        rc, _, err, elapsed = run_cli("run", "--target", missing, "--prompt", "hi", *extra)
+        assert_one_line_error(rc, err, elapsed)
+        assert says in err, err

@@ -89,7 +89,8 @@ def _schema_text(schema: Any) -> str:
     if value is True:  # JSON Schema's `true`: any JSON value
         text = "{}"
     elif not isinstance(value, dict):
-        raise EdgespecError(f"a JSON schema is an object (a dict), not {type(value).__name__}: {text[:40]}")
+        shown = " ".join(text[:40].split())  # one line, whatever the file's layout
+        raise EdgespecError(f"a JSON schema is an object (a dict), not {type(value).__name__}: {shown}")
     return text
 
 

@@ -75,6 +75,8 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
     from edgespec.core.grammar import compile_grammar
 
     out: dict[str, Any] = {}
+    if args.json_schema is not None and args.grammar is not None:  # (the library's words name its keywords)
+        raise EdgespecError("give either --json-schema or --grammar, not both")
     for option, key in (("json_schema", "json_schema"), ("grammar", "grammar")):
         path = getattr(args, option)
         if path is None:
