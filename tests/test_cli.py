@@ -252,3 +252,18 @@ def test_structured_output_mistakes_are_one_line_in_the_commands_own_words(tmp_p
         rc, _, err, elapsed = run_cli("run", "--target", missing, "--prompt", "hi", *extra)
         assert_one_line_error(rc, err, elapsed)
         assert says in err, err
+
+
+def test_inspect_exits_1_when_the_pair_is_not_compatible(tmp_path: Path) -> None:
+    from tests.gguf_corpus import default_tokens, small_model
+
+    tokens = default_tokens()
+    other = [*tokens[:7], "seven", *tokens[8:]]
+    a, b, c = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    a.write_bytes(small_model(tokens=tokens))
+    b.write_bytes(small_model(tokens=tokens))
+    c.write_bytes(small_model(tokens=other))
+    assert run_cli("inspect", str(a), str(b))[0] == 0
+    for extra in ((), ("--json",)):  # a script could not tell from the exit code (it was 0)
+        rc, out, _, _ = run_cli("inspect", str(a), str(c), *extra)
+        assert rc == 1 and ("NOT compatible" in out or '"compatible": false' in out), out

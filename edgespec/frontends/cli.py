@@ -58,10 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 0
     event = None
-    for event in engine.stream(prompt, raw=args.raw, **opts):
-        sys.stdout.write(event.text)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
+    try:
+        for event in engine.stream(prompt, raw=args.raw, **opts):
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+    finally:  # Ctrl-C too: "edgespec: interrupted" on a line of its own, not after the answer's last word
+        sys.stdout.write("\n")
     if event is not None:
         print(f"[{event.finish_reason}] {format_stats(event.stats)}", file=sys.stderr)
     for w in engine.warnings:
@@ -99,9 +101,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"models": [describe(i) for i in infos]}
     if len(infos) == 2:
         out["pair"] = pair_verdict(infos[0], infos[1]).as_dict()
+    verdict = 1 if "pair" in out and not out["pair"]["compatible"] else 0  # for a script: as `cmp` does
     if args.json:
         print(json.dumps(out, default=str))
-        return 0
+        return verdict
     for role, facts in zip(("target", "draft") if len(infos) == 2 else ("model",), out["models"]):
         print(f"{role}:")
         for key, value in facts.items():
@@ -111,7 +114,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"pair: {'compatible' if v['compatible'] else 'NOT compatible'}")
         for m in [*v.get("messages", []), *v.get("warnings", [])]:
             print(f"  - {m}")
-    return 0
+    return verdict
 
 
 def cmd_models(args: argparse.Namespace) -> int:
