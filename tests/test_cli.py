@@ -103,6 +103,7 @@ def test_usage_errors_are_one_line() -> None:
     for args, says in (
         (("inspect", "a.gguf", "b.gguf", "c.gguf"), "unrecognized arguments: c.gguf (see `edgespec inspect --help`)"),
         (("run", "--bogus"), "unrecognized arguments: --bogus (see `edgespec run --help`)"),
+        (("run", "--no-spec", "--k", "4"), "give either --no-spec or --k, not both"),  # --k was ignored
         (("run", "--k", "abc"), "invalid int value: 'abc' (see `edgespec run --help`)"),
         (("bogus",), "invalid choice: 'bogus'"),
     ):

@@ -123,6 +123,8 @@ def engine_from_args(
         check_options(**sampling_options(args))
     if args.target is None and args.draft is not None:
         raise EdgespecError("--draft needs --target (or use --pair NAME)")
+    if args.no_spec and args.k:  # --k 0 is --no-spec's own meaning
+        raise EdgespecError("give either --no-spec or --k, not both (--no-spec is plain decoding: K = 0)")
     if args.target is not None:
         if args.pair is not None:
             raise EdgespecError("give either --pair or --target/--draft, not both")
