@@ -161,10 +161,21 @@ def test_prompt_longer_than_context_is_refused() -> None:
     if paths is None:
         pytest.skip("demo pair not prepared")
     rc, _, err, _ = run_cli(
-        "run", "--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "64", "--prompt", "word " * 600
+        "run", "--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "256", "--prompt", "word " * 600
     )
     assert_one_line_error(rc, err, 0.0, limit=1e9)
     assert "context" in err
+
+
+@pytest.mark.real
+def test_a_context_below_llama_cpps_least_is_said() -> None:
+    from edgespec import Engine
+
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    with Engine.load(paths[0], n_ctx=64, threads=1) as eng:  # llama.cpp made 256 of it without a word
+        assert eng.n_ctx == 256 and "n_ctx 64 is below what llama.cpp makes; the context holds 256" in eng.warnings
 
 
 @pytest.mark.real

@@ -128,6 +128,8 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     except BaseException:
         t_model.close()
         raise
+    if t_model.n_ctx > n_ctx:  # llama.cpp's least context (256 here) is more than was asked for
+        warnings.append(f"n_ctx {o.n_ctx} is below what llama.cpp makes; the context holds {t_model.n_ctx}")
     info = EngineInfo(
         target=describe(t_info),
         draft=describe(d_info) if d_info is not None else None,
