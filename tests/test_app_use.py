@@ -168,3 +168,74 @@ def test_p_min_out_of_range_is_refused_at_load(p_min: object) -> None:
 def test_a_seed_too_large_names_the_range() -> None:
     with pytest.raises(EdgespecError, match=r"seed must be an integer from 0 to 2\*\*63 - 1"):
         make_engine().generate("t5", seed=2**63)  # "a non-negative integer" did not say what was wrong
+
+
+def test_close_wins_over_a_stream_waiting_for_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the waiting stream took the engine first, ran to its end, and close() gave up with BusyError
+    monkeypatch.setattr("edgespec.api.engine.LOCK_WAIT_S", 2.0)
+    eng = make_slow_engine(delay=0.01)
+    first = eng.stream("t5 t9", temperature=0.8, max_tokens=2000, k=3, seed=1)
+    waiting = eng.stream("t5 t9", temperature=0.8, max_tokens=2000, k=3, seed=2)
+    got: dict[str, object] = {}
+
+    def read(name: str, gen: object) -> None:
+        try:
+            got[name] = [e.finish_reason for e in gen][-1]  # type: ignore[attr-defined]
+        except EdgespecError as err:
+            got[name] = str(err)
+
+    readers = [threading.Thread(target=read, args=pair) for pair in (("first", first), ("waiting", waiting))]
+    for reader in readers:
+        reader.start()
+        time.sleep(0.1)  # the second waits in the engine's lock
+    eng.close()
+    for reader in readers:
+        reader.join(5)
+    assert eng.state == "closed" and got == {"first": "cancelled", "waiting": "this engine is closed; load a new one"}
+
+
+def test_two_closes_at_once_both_return() -> None:
+    eng = make_slow_engine(delay=0.01)
+    gen = eng.stream("t5 t9", temperature=0.8, max_tokens=2000, k=3, seed=1)
+    reader = threading.Thread(target=lambda: list(gen))
+    reader.start()
+    time.sleep(0.05)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            eng.close()
+        except BaseException as err:  # the second one raised CLOSED
+            errors.append(err)
+
+    closers = [threading.Thread(target=close) for _ in range(2)]
+    for c in closers:
+        c.start()
+    for c in [*closers, reader]:
+        c.join(5)
+    assert not errors and eng.state == "closed"
+
+
+def test_tokenize_calls_that_keep_overlapping_do_not_hold_a_close_off() -> None:
+    target = Freed(tokenize_s=0.05)
+    eng = Engine(target, FakeModel(noise=0.5))
+    stop = threading.Event()
+
+    def tokenize_on() -> None:
+        while not stop.is_set():
+            try:
+                eng.tokenize("t5")
+            except EdgespecError:
+                return
+
+    workers = [threading.Thread(target=tokenize_on) for _ in range(2)]
+    for w in workers:
+        w.start()
+        time.sleep(0.02)  # staggered: one is always under way
+    threading.Timer(3.0, stop.set).start()  # (where a close waits for a gap, the loops end in 3 s)
+    t0 = time.monotonic()
+    eng.close()  # waited until the loops stopped (4 s in a review's run)
+    waited = time.monotonic() - t0
+    for w in workers:
+        w.join(5)
+    assert waited < 1.0 and not target.read_after_free

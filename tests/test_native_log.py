@@ -63,3 +63,16 @@ def test_ggmls_gdb_backtrace_before_an_abort_is_off_where_native_code_reads_it(m
     monkeypatch.setenv("EDGESPEC_NATIVE_BACKTRACE", "1")
     native_log.quiet_aborts()
     assert libc.getenv(b"GGML_NO_BACKTRACE") is None
+
+
+def test_a_model_path_that_is_not_utf8_leaves_sigint_as_it_was() -> None:
+    # encoding the path raised between begin_load and raise_if_interrupted, and Ctrl-C was
+    # only a flag from then on; the path is now bytes before the flag is set, and such a name loads
+    import signal
+
+    from edgespec.core.errors import ModelFileError
+    from edgespec.llama import backend
+
+    with pytest.raises(ModelFileError, match="could not load"):
+        backend.LlamaModel("/nonexistent/no\udcffsuch.gguf")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and native_log._previous is None

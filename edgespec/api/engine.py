@@ -39,7 +39,7 @@ from ..llama.loading import LoadedPair, LoadOptions, load_pair, pair_files
 from ..llama.pair import QuantReport
 from ..llama.rpc import parse_endpoints
 from .checks import CLOSED, Closed, busy, check_k, check_p_min, check_params, check_stop, check_structured_output
-from .generation import Generation
+from .generation import Generation, close_running
 from .live import LiveWarning
 from .prompts import Prompt, Prompts
 from .uses import Uses
@@ -83,7 +83,7 @@ class Engine:
         self._native = Uses()  # native reads outside a generation (tokenize, piece): close waits for them
         self._running: Generation | None = None
         self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
-        self._closed = False
+        self._closed = self._closing = False
         # what the adaptive controller measured carries over to the next request instead of
         # being learned again every time: step costs are the machine's (one table for all),
         # acceptance depends on the temperature (one controller each, the most recent few kept)
@@ -162,17 +162,13 @@ class Engine:
         """Free the models once a generation still running ends (closed, or cancelled where another thread reads)."""
         if self._closed:
             return
-        self._end_running()
-        with self._hold(), self._native.alone():  # and no tokenize or piece under way in another thread
+        close_running(self._running)
+        with self._hold(closing=True), self._native.alone():  # and no tokenize or piece under way elsewhere
+            if not self._closed:  # (a close beside this one)
+                for m in (self.draft, self.target):
+                    getattr(m, "close", lambda: None)()
+                self.target = self._prompts = Closed()  # type: ignore[assignment]  # not freed memory: an error
             self._closed = True
-            for m in (self.draft, self.target):
-                getattr(m, "close", lambda: None)()
-            self.target = self._prompts = Closed()  # type: ignore[assignment]  # not freed memory: an error
-
-    def _end_running(self) -> None:
-        with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
-            if (running := self._running) is not None:
-                running.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -355,14 +351,17 @@ class Engine:
         return ctrl
 
     @contextlib.contextmanager
-    def _hold(self) -> Iterator[None]:
+    def _hold(self, closing: bool = False) -> Iterator[None]:
         """The engine lock, waited for a bounded time: a stream left unfinished holds it (and where the
-        same thread left it, waiting can only end when another thread reads that stream on)."""
+        same thread left it, waiting can only end when another thread reads that stream on). Once a close
+        waits for it, a stream waiting too gets CLOSED, not a turn first (a close then lost to it)."""
+        self._closing |= closing
         if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            self._closing &= not closing  # a close that failed leaves the engine as it was
             raise BusyError(busy(LOCK_WAIT_S, own=self._owner == threading.get_ident()))
         self._owner = threading.get_ident()
         try:
-            if self._closed:
+            if not closing and (self._closed or self._closing):
                 raise EdgespecError(CLOSED)
             yield
         finally:

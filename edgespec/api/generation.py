@@ -17,6 +17,7 @@ with one last event, "cancelled", as a cancelled one does.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -50,8 +51,9 @@ class Generation(Iterator[StreamEvent]):
             return event
 
     def close(self) -> None:
-        """Release the engine at once; while another thread is reading, cancel that read's step
-        (closing a generator under way would raise, in either thread)."""
+        """Release the engine at once; while another thread is reading, cancel that read instead
+        (closing a generator under way would raise, in either thread): it ends at its step's end,
+        or where it still waits for the engine, once it has the engine."""
         if not self._reading.acquire(blocking=False):
             self.cancel()
             return
@@ -69,3 +71,10 @@ class Generation(Iterator[StreamEvent]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def close_running(running: Generation | None) -> None:
+    """What a closing engine does to its stream still running (`close`), a weak proxy of its handle."""
+    with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
+        if running is not None:
+            running.close()

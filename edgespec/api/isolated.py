@@ -53,7 +53,7 @@ from . import engine as _engine
 from .checks import CLOSED, check_params, check_stop, check_structured_output
 from .child import ChildSpec
 from .engine import Engine, Prompt
-from .generation import Generation
+from .generation import Generation, close_running
 from .process import ChildProcess
 from .prompts import check_prompt
 
@@ -90,7 +90,7 @@ class IsolatedEngine(Engine):
         self._lock = threading.Lock()
         self._running: Generation | None = None
         self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
-        self._closed = False
+        self._closed = self._closing = False
         self._ids = itertools.count(1)
         self._state = "starting"
         self._failure = ""
@@ -202,6 +202,14 @@ class IsolatedEngine(Engine):
         return self._child
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._ask(method, *args, **kwargs)
+        except EngineCrashed:
+            if self._closed:  # closed beside this call: the child's end is no crash
+                raise EdgespecError(CLOSED) from None
+            raise
+
+    def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         child = self._live_child()
         cid = next(self._ids)
         q = child.open(cid)
@@ -219,8 +227,6 @@ class IsolatedEngine(Engine):
         finally:
             child.forget(cid)
         if kind == "crashed":
-            if self._closed:  # closed beside this call: the child's end is no crash
-                raise EdgespecError(CLOSED)
             raise EngineCrashed(rest[0], self.retry_after)
         ok, value = rest
         if not ok:
@@ -230,8 +236,10 @@ class IsolatedEngine(Engine):
     def close(self) -> None:
         if self._closed:
             return
-        self._end_running()
-        with self._hold():
+        close_running(self._running)
+        with self._hold(closing=True):
+            if self._closed:  # (a close beside this one)
+                return
             self._closed = True
         self._finalizer.detach()
         self._child.close()

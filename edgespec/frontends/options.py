@@ -9,6 +9,7 @@ here imports another frontend.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -198,7 +199,10 @@ def run_command(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # as a shell reports SIGPIPE
     except OSError as err:  # the system's, not the user's: writing the output to a full disk (`> /dev/full`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the output's own, at exit)
+        if getattr(args, "verbose", False):
+            raise  # where it came from, for a report
+        with contextlib.suppress(OSError, ValueError):  # (a stdout that is no file: nothing to quiet)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the output's own, at exit)
         where = f" ({err.filename})" if err.filename else ""
         print(f"edgespec: error: {err.strerror or err}{where}", file=sys.stderr)
         return 1

@@ -98,7 +98,7 @@ class LlamaModel:
         go to; None: every device llama.cpp knows. `heads`: whether `set_head` may ask for rows'
         top-k; None: where layers run on a GPU (on the CPU it gained nothing on the demo pair)."""
         _init()
-        self.path = str(path)
+        self.path, path_bytes = str(path), bytes(Path(path))  # a name that is not UTF-8 too
         self._model = self._ctx = self._batch = None
         self._head_k, self._chain = 0, None  # set_head: rows as heads of k, by this sampler chain
         mparams = llama_cpp.llama_model_default_params()
@@ -111,8 +111,8 @@ class LlamaModel:
         # Weights repacked as llama.cpp's tools do (a Q4_0 model's 16-token verify 25-40% faster on AVX2),
         # but not with AMX: this llama.cpp's AMX matmul segfaults on batches of over one token.
         mparams.use_extra_bufts = "AMX_INT8" not in cpu_features()
-        native_log.begin_load()
-        self._model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        native_log.begin_load()  # (nothing may raise from here to raise_if_interrupted: the SIGINT flag)
+        self._model = llama_cpp.llama_model_load_from_file(path_bytes, mparams)
         if not self._model:
             native_log.raise_if_interrupted()
             why = native_log.first_error().partition("error loading model: ")[2]
@@ -294,8 +294,9 @@ def quantize(src: str | Path, dst: str | Path, qtype: str, threads: int | None =
     params.ftype = getattr(llama_cpp, QUANTIZE_FTYPES[qtype])
     params.allow_requantize = True
     params.nthread = threads or default_threads()
+    paths = bytes(Path(src)), bytes(Path(dst))  # before the SIGINT flag is set: nothing may raise after it
     native_log.begin_load()
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    rc = llama_cpp.llama_model_quantize(*paths, ctypes.byref(params))
     native_log.raise_if_interrupted()
     if rc != 0:
         raise BackendError(f"llama.cpp could not quantize {src} to {qtype} (code {rc}); run with --verbose")
