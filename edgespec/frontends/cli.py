@@ -62,8 +62,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         for event in engine.stream(prompt, raw=args.raw, **opts):
             sys.stdout.write(event.text)
             sys.stdout.flush()
-    finally:  # Ctrl-C too: "edgespec: interrupted" on a line of its own, not after the answer's last word
-        sys.stdout.write("\n")
+    except KeyboardInterrupt:  # "edgespec: interrupted" on a line of its own, not after the answer's last word
+        sys.stdout.write("\n" if event is not None else "")
+        raise
+    sys.stdout.write("\n")
     if event is not None:
         print(f"[{event.finish_reason}] {format_stats(event.stats)}", file=sys.stderr)
     for w in engine.warnings:
