@@ -284,7 +284,6 @@ class IsolatedEngine(Engine):
         opts = dict(args.arguments)
         del opts["self"], opts["prompt"]
         raw = opts.pop("raw")
-        check_prompt(prompt)
         opts["stop"] = check_stop(opts["stop"])
         make_penalties(  # its errors here, not at the first event
             opts["presence_penalty"], opts["frequency_penalty"], opts["repeat_penalty"], opts["repeat_last_n"],
