@@ -14,7 +14,9 @@ this machine, docs/bench-history.md stop 55).
     .venv/bin/python docs/scripts/draft_bound.py code,story,explanation 0.8 6
 
 Arguments: prompts (make bench's), temperature, seeds (1234 on). CURVE=A,B,T0 (62,14.5,28);
-MAPS=path keeps the maps in a JSON file and reads them from there next time.
+MAPS=path keeps the maps in a JSON file and reads them from there next time; REPEAT=n drives
+the adaptive controller over the answers n times in turn and reports the last round (a warm
+controller, as make bench's later repeats have it).
 
 Columns: the best fixed K (0..24) and its tokens/s; the K that the answer's own per-token
 rate, known in hindsight, makes best under independent tokens (what the adaptive
@@ -35,6 +37,7 @@ from pathlib import Path
 
 K_MAX = 24
 CUTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)  # stop thresholds tried with each fixed K
+REPEAT = int(os.environ.get("REPEAT", "1"))
 A, B, T0 = (float(x) for x in os.environ.get("CURVE", "62,14.5,28").split(","))
 
 
@@ -182,7 +185,8 @@ def main() -> None:
         k_iid = iid_k(rate)
         stops = {(k, c): speed(answers, [replay(a, k, c) for a in answers]) for k in range(1, K_MAX + 1) for c in CUTS}
         k_stop, cut = max(stops, key=stops.__getitem__)
-        adapt = speed(answers, adaptive(answers))
+        ms = adaptive(answers * REPEAT)  # one controller over the answers REPEAT times; the last round counts
+        adapt = speed(answers, ms[-len(answers) :])
         top = speed(answers, [oracle(a) for a in answers])
         print(
             f"| {name} | {1 - rate:.3f} | K = {best}: {fixed[best]:.1f} "

@@ -9,7 +9,8 @@ tokens per K. The demo pair, the model alone (prompt lookup off, as make bench's
 
     .venv/bin/python docs/scripts/real_clock_trace.py code 0 4 6,8,10,12,16,a
 
-Arguments: prompt (code, story, explanation), temperature, rounds, columns (K values and `a`).
+Arguments: prompt (code, story, explanation), temperature, rounds, columns (K values and `a`;
+a K given twice runs as two columns, which shows how far the same decoding reads apart in one run).
 Run it on a quiet machine: the columns share its noise only within a round.
 """
 
@@ -36,9 +37,9 @@ def main() -> None:
     paths = demo_paths()
     assert paths is not None, "prepare the demo pair first: edgespec models prepare demo"
     eng = Engine.load(*paths, n_ctx=2048, lookup=False)
-    runs: dict[str, list[tuple[float, list[tuple[int, int, float]]]]] = collections.defaultdict(list)
+    runs: dict[int, list[tuple[float, list[tuple[int, int, float]]]]] = collections.defaultdict(list)
     for r in range(rounds):
-        for col in cols:
+        for i, col in enumerate(cols):
             eng.reset()
             steps, last, stats = [], None, None
             for ev in eng.stream(
@@ -49,21 +50,19 @@ def main() -> None:
                     steps.append((ev.k, len(ev.tokens), now - last))
                 last, stats = now, ev.stats
             assert stats is not None
-            runs[col].append((stats.tokens_per_s, steps))
+            runs[i].append((stats.tokens_per_s, steps))
             print(f"round {r} {col}: {stats.tokens_per_s:.1f} tok/s, {stats.n_generated} tokens, {stats.steps} steps")
-    for col in cols:
+    for i, col in enumerate(cols):
         by: dict[int, list[tuple[float, int]]] = collections.defaultdict(list)
-        for _, steps in runs[col][1:]:
+        for _, steps in runs[i][1:]:
             for k, n, dt in steps:
                 by[k].append((dt, n))
         table = {
             k: (len(v), round(1000 * statistics.median(d for d, _ in v), 1), round(sum(n for _, n in v) / len(v), 2))
             for k, v in sorted(by.items())
         }
-        print(
-            f"{col}: median {statistics.median(s for s, _ in runs[col]):.1f} tok/s; by K (steps, ms, tokens): {table}"
-        )
-    for i, (_, steps) in enumerate(runs.get("a", [])):
+        print(f"{col}: median {statistics.median(s for s, _ in runs[i]):.1f} tok/s; by K (steps, ms, tokens): {table}")
+    for i, (_, steps) in enumerate(runs[cols.index("a")] if "a" in cols else []):
         print(f"adaptive run {i}: " + "".join("." if k == 0 else chr(ord("a") + k - 1) for k, _, _ in steps))
     ctrl = eng._adaptive.get(round(temp, 2))
     if ctrl is not None:
