@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -240,6 +242,16 @@ async def test_k_0_reads_as_plain_decoding_in_the_status_bar(where: str) -> None
         assert not app.last_stats.speculative
 
 
+async def test_ctrl_t_under_k_0_says_why_it_stays_plain() -> None:
+    app = create_app(make_engine(), options=options(k=0))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert any("--k 0 decodes plainly" in n.message for n in app._notifications)
+        await send(pilot, app, "t5")
+        assert not app.last_stats.speculative and "spec OFF" in app.status.content.plain
+
+
 async def test_toggle_speculation_without_a_draft_or_lookup_says_so() -> None:
     app = create_app(make_engine(draft=False, lookup=False), options=options())
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -300,6 +312,22 @@ async def test_temperature_keys() -> None:
         assert "T=0.00" in app.status.content.plain
         await send(pilot, app, "t6")
         assert seen == [pytest.approx(0.9), 0.0]
+
+
+async def test_sigterm_quits_as_ctrl_q_does(tmp_path: Path) -> None:
+    app = create_app(slow_engine(), options=options(max_tokens=2000, chats_dir=tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await _mid_reply(app, pilot)
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the app's handler: the kill reaches it
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if app.return_code is not None:
+                break
+    assert app.return_code == 143
+    (saved,) = list_chats(tmp_path)  # the reply so far, kept as ctrl+q keeps it
+    assert [m["role"] for m in saved.messages] == ["user", "assistant"] and saved.messages[1]["content"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back when the app is gone
 
 
 async def test_ctrl_q_quits_mid_generation() -> None:
@@ -418,6 +446,43 @@ async def test_a_message_handed_back_keeps_its_double_slash() -> None:
         await send(pilot, app, "//t5 t6 t7 t8 t9 t10 t11 t12 t13 t14 t15 t16 t17 t18 t19 t20 t21 t22 t23 t24 t25 t26")
         assert app.messages("error") and app.history == []
         assert app.query_one("#prompt").value.startswith("//t5 t6")  # Enter sends it again, not a command
+
+
+async def test_a_message_of_several_lines_handed_back_keeps_its_one_slash() -> None:
+    app = create_app(make_engine(n_ctx=16), options=options(max_tokens=100))
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one("#prompt")
+        message = "/var/log/syslog says:\n" + " ".join(f"t{i}" for i in range(5, 30))
+        prompt.post_message(events.Paste(message))
+        await pilot.pause()
+        for _ in range(2):  # too long for the context: it comes back, and comes back again
+            await pilot.press("enter")
+            await settle(pilot, app)
+            assert app.history == [] and prompt.value == "[pasted 2 lines #1]" and prompt.text() == message
+
+
+async def test_an_error_before_the_first_token_with_new_text_typed_keeps_the_message() -> None:
+    gate = threading.Event()  # the prefill waits for it: the user types while it runs
+
+    class Gated(FakeModel):
+        def eval(self, tokens, pos, logits_from=None):
+            gate.wait(10)
+            return super().eval(tokens, pos, logits_from)
+
+    target = Gated(n_ctx=4096)
+    target.fail_at_eval = 0
+    engine = Engine(target, FakeModel(noise=0.5, n_ctx=4096), name="gated")  # type: ignore[arg-type]
+    app = create_app(engine, options=options(max_tokens=8))
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").value = "t5 t6"
+        await pilot.press("enter")
+        app.query_one("#prompt").value = "t9"  # typed while the prefill runs
+        gate.set()
+        await settle(pilot, app)
+        assert app.messages("error") and app.query_one("#prompt").value == "t9"
+        # the message the user still sees is part of the chat (no reply), not a bubble the model never saw
+        assert [m["content"] for m in app.history] == ["t5 t6", ""]
+        assert [m.text for m in app.messages("user")] == ["t5 t6"] and app.messages("assistant")[0].meta == "[error]"
 
 
 async def test_tab_keeps_typing_in_the_prompt() -> None:

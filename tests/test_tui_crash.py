@@ -187,6 +187,24 @@ async def test_a_resumed_message_without_a_reply_goes_back_to_the_prompt(tmp_pat
         assert app.history == [] and app.query_one("#prompt").value == "t5 t6"
 
 
+async def test_a_resumed_turn_with_no_reply_says_so(tmp_path: Path) -> None:
+    turns = [("user", "t5 t6"), ("assistant", ""), ("user", "t7"), ("assistant", "t8")]
+    ChatFile(tmp_path, model="fake").save([{"role": r, "content": c} for r, c in turns])
+    app = create_app(make_engine(), options=options(tmp_path, resume=find_chat(None, tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        first, second = app.messages("assistant")
+        assert first.meta == "[no reply]" and "…" not in first.content.plain and second.meta == ""
+
+
+async def test_a_first_message_taken_back_leaves_no_saved_chat(tmp_path: Path) -> None:
+    app = create_app(make_engine(n_ctx=16), options=options(tmp_path, max_tokens=8))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, " ".join(f"t{i}" for i in range(5, 30)))  # too long for the context
+        assert app.messages("error") and app.history == []
+    assert list_chats(tmp_path) == [] and list(tmp_path.glob("*.json")) == []
+
+
 async def test_new_chat_starts_a_new_file_and_keeps_the_old_one(tmp_path: Path) -> None:
     app = create_app(make_engine(), options=options(tmp_path, max_tokens=8))
     async with app.run_test(size=SIZE) as pilot:
@@ -244,6 +262,11 @@ def test_a_chat_file_that_cannot_be_read_is_named_not_denied(capsys: pytest.Capt
     assert chat_main(["--resume", "20991231"]) == 2
     err = capsys.readouterr().err
     assert "20991231-000000-bad0.json cannot be read (JSONDecodeError" in err and "fix or remove" in err
+    (chats_dir() / "20991231-000000-bad0.json").write_text(json.dumps({"updated": None, "messages": []}))
+    ChatFile(chats_dir(), model="m").save([{"role": "user", "content": "a readable chat beside it"}])
+    assert chat_main(["--list"]) == 0  # a field of the wrong kind is a file that cannot be read, not a crash
+    out = capsys.readouterr()
+    assert "a readable chat beside it" in out.out and "cannot be read (TypeError: 'updated' is NoneType" in out.err
 
 
 def test_resume_without_an_id_says_when_a_newer_file_cannot_be_read(

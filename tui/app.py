@@ -11,7 +11,7 @@ in progress; `options.resume` continues a saved chat.
 
 from __future__ import annotations
 
-from pathlib import Path
+import signal
 from typing import Any
 
 from textual import on, work
@@ -23,10 +23,11 @@ from textual.widgets import Footer, Header, Input, Static
 from edgespec import EdgespecError, Generation
 
 from . import messages
-from .options import ChatOptions, psutil_reader
+from .commands import Commands
+from .options import ChatOptions, on_sigterm, psutil_reader
 from .prompt import PromptInput
-from .store import ChatFile, markdown_path, write_file
-from .text import gpu_line, stats_line, to_markdown, visible
+from .store import ChatFile
+from .text import gpu_line, stats_line, visible
 from .widgets import InfoScreen, MessageView, StatusBar
 
 T_STEP, T_MAX = 0.1, 2.0
@@ -36,7 +37,7 @@ HELP = (
 )
 
 
-class ChatApp(App[None]):
+class ChatApp(Commands, App[None]):
     CSS_PATH = "chat.tcss"
     TITLE = "edgespec chat"
 
@@ -115,10 +116,13 @@ class ChatApp(App[None]):
         self.read_sys()
         self.set_interval(self.options.refresh_s, self.read_sys)
         self._prompt.focus()
+        on_sigterm(self._terminated)  # quits as ctrl+q does: the terminal is given back
         self.add_message("note", HELP)
         if self.options.resume is not None:
             for m in self.history:
-                self.add_message(m["role"], m["content"])
+                view = self.add_message(m["role"], m["content"])
+                if m["role"] == "assistant" and not m["content"]:
+                    view.set_meta("[no reply]")  # stopped or failed before its first token
             self.add_message("note", f"resumed chat {self.options.resume.id}")
             self._prompt.set_text(self._unanswered)  # it got no reply: Enter sends it again
 
@@ -272,12 +276,11 @@ class ChatApp(App[None]):
         if message.gen != self._gen:
             return
         reply, self._reply = self._reply, None
-        if reply is not None and reply.text and self._pending_user is not None:
-            # keep what was produced before the error, like a cancel
+        if reply is not None and self._pending_user is not None and (reply.text or not self._hand_back(reply)):
+            # what was produced before the error is kept, like a cancel; with nothing produced and
+            # new text in the box the message cannot go back, so it stays a turn (no reply)
             reply.set_meta("[error]")
             self.history += [self._pending_user, {"role": "assistant", "content": reply.text}]
-        elif reply is not None and not self._hand_back(reply):
-            reply.remove()  # the input holds new text: the message's bubble stays
         self.add_message("error", message.error)
         self.persist(self.history)
         self._done(None)
@@ -302,34 +305,6 @@ class ChatApp(App[None]):
         if len(self.engine.warnings) != self._shown_warnings:
             self.show_warnings()
         self.chat.scroll_end(animate=False)
-
-    # -- commands -------------------------------------------------------------------------
-    def command(self, text: str) -> bool:
-        """Run a /command; False for an unknown one (//text sends a message that starts with /)."""
-        name, _, arg = text.partition(" ")
-        if name == "/save":
-            self.save(arg.strip() or None)
-        elif name == "/new":
-            self.action_new_chat()
-        elif name == "/info":
-            self.action_info()
-        else:
-            self.add_message("error", f"unknown command {name}: try /save PATH, /new or /info, or //text to send it")
-            return False
-        return True
-
-    def save(self, path: str | None = None) -> Path | None:
-        target = markdown_path(path, self.options.save_dir)
-        if not self.history:
-            self.add_message("error", "nothing to save yet")
-            return None
-        try:
-            write_file(target, to_markdown(self.history, name=self.engine.name, settings=self.settings_text()))
-        except OSError as err:
-            self.add_message("error", f"could not save to {target}: {err.strerror or err}")
-            return None
-        self.add_message("note", f"saved {len(self.history)} messages to {target}")
-        return target
 
     # -- actions ----------------------------------------------------------------------------
     def action_stop(self) -> None:
@@ -364,6 +339,9 @@ class ChatApp(App[None]):
         if not self.engine.can_speculate:
             self.notify("no draft model is loaded and lookup is off: plain decoding only", severity="warning")
             return
+        if self.options.k == 0:
+            self.notify("--k 0 decodes plainly: start the chat without it to speculate", severity="warning")
+            return
         self.speculative = not self.speculative
         self.status.set(speculative=self.speculative)
         self.notify(f"speculation {'on' if self.speculative else 'off'} from the next reply")
@@ -391,6 +369,13 @@ class ChatApp(App[None]):
     async def action_quit(self) -> None:
         self._cut_reply()
         self.exit()
+
+    def _terminated(self) -> None:
+        self._cut_reply()
+        self.exit(return_code=128 + signal.SIGTERM)
+
+    def on_unmount(self) -> None:
+        on_sigterm(None)
 
 
 def create_app(engine: Any, *, options: ChatOptions | None = None) -> ChatApp:

@@ -65,12 +65,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     options = ChatOptions.from_args(args)
     options.highlight = not args.no_highlight
     options.chats_dir, options.resume = chats_dir(), resume
+    app = create_app(engine, options=options)
     try:
-        create_app(engine, options=options).run()
+        app.run()
     finally:
         engine.cancel()
         engine.close()
-    return 0
+    return app.return_code or 0  # 143 after SIGTERM
 
 
 def main(argv: Sequence[str] | None = None) -> int:

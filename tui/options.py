@@ -1,8 +1,10 @@
-"""The chat's settings: sampling options (as `edgespec run`), what the UI shows, and the
-memory/CPU reader for the status bar."""
+"""The chat's settings: sampling options (as `edgespec run`), what the UI shows, the
+memory/CPU reader for the status bar, and SIGTERM's hook."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,19 @@ def psutil_reader() -> SysReader:
 
     read()  # the first reading only starts the CPU measurement
     return read
+
+
+def on_sigterm(callback: Callable[[], None] | None) -> None:
+    """Run `callback` on SIGTERM (`kill`, a session ending) in the running asyncio loop, or with
+    None go back to the default; nothing where the loop cannot (not the main thread's, Windows)."""
+    try:
+        loop = asyncio.get_running_loop()
+        if callback is None:
+            loop.remove_signal_handler(signal.SIGTERM)
+        else:
+            loop.add_signal_handler(signal.SIGTERM, callback)
+    except (NotImplementedError, RuntimeError, ValueError):
+        pass
 
 
 @dataclass

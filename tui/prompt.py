@@ -50,11 +50,14 @@ class PromptInput(Input):
         return None if self.pasted and LEFT_OF_A_MARKER.search(rest) else out
 
     def set_text(self, message: str) -> None:
-        """Put a message back as it would be typed (several lines become one marker, a leading /
-        gets its second /), the cursor at its end."""
+        """Put a message back as it would be typed (several lines become one marker; one line
+        that starts with / gets its second /, as a marker never reads as a command), the cursor
+        at its end."""
         self.pasted.clear()
-        message = "/" + message if message.startswith("/") else message
-        self.value = self._marker(message) if "\n" in message else message
+        if "\n" in message:
+            self.value = self._marker(message)
+        else:
+            self.value = "/" + message if message.startswith("/") else message
         self.cursor_position = len(self.value)
 
     def clear(self) -> None:

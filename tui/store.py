@@ -60,8 +60,10 @@ class ChatFile:
         return self.directory / f"{self.chat.id}.json"
 
     def save(self, messages: list[dict[str, str]]) -> None:
-        """Write the conversation atomically; OSError when the disk says no."""
+        """Write the conversation atomically; OSError when the disk says no. With no messages
+        (a first message taken back) there is no chat to keep, and its file goes."""
         if not messages:
+            self.path.unlink(missing_ok=True)
             return
         self.chat.messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         self.chat.updated = _now()
@@ -99,9 +101,7 @@ def read_chats(directory: Path | None = None) -> tuple[list[SavedChat], dict[str
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
             messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in raw["messages"]]
-            chat = SavedChat(
-                path.stem, messages, str(raw.get("model", "")), raw.get("created", ""), raw.get("updated", "")
-            )
+            chat = SavedChat(path.stem, messages, *(_text(raw, key) for key in ("model", "created", "updated")))
         except (OSError, ValueError, KeyError, TypeError) as err:
             bad[path.stem] = f"{type(err).__name__}: {err}"
             continue
@@ -135,6 +135,14 @@ def find_chat(
         what = "no saved chat" if not found else f"{len(found)} saved chats"
         raise EdgespecError(f"{what} with id {chat_id!r}; `edgespec chat --list` shows them")
     return found[0]
+
+
+def _text(raw: dict, key: str) -> str:
+    """A text field of a chat file ("" where it is missing); another kind of value is a bad file."""
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise TypeError(f"{key!r} is {type(value).__name__}, not text")
+    return value
 
 
 def _mtime(path: Path) -> float:
