@@ -167,6 +167,19 @@ def test_a_cancel_that_native_code_ignores_kills_and_restarts_the_child() -> Non
         assert engine.pid != pid
 
 
+@pytest.mark.slow  # steps of 0.3 s
+def test_a_cancel_waits_for_a_step_that_is_only_slow() -> None:
+    # a loaded machine's step outlasts the grace: three of the recent steps' time are allowed
+    with isolated(delay=0.3, cancel_grace_s=0.2) as engine:
+        pid = engine.pid
+        gen = engine.stream("t5 t6", temperature=0, max_tokens=200, k=0)
+        events = [next(gen), next(gen), next(gen)]  # each a 0.3 s step: the next one is under way
+        gen.cancel()
+        events += list(gen)
+        assert events[-1].finish_reason == "cancelled"
+        assert engine.pid == pid and engine.state == "ok"  # not killed and restarted
+
+
 def test_closing_a_stream_early_leaves_the_engine_ready_for_the_next() -> None:
     with isolated(delay=0.005) as engine:
         with engine.stream("t5 t6", temperature=0, max_tokens=500) as gen:

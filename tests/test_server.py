@@ -8,6 +8,9 @@ message contents, so "t5 t6" is the prompt [BOS, 5, 6].
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,9 +21,10 @@ import pytest
 
 from edgespec.api.engine import Engine
 from edgespec.core.errors import EdgespecError
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
 from edgespec.frontends.server.command import add_parser
 from edgespec.frontends.server.guard import MAX_BODY, host_name
+from edgespec.frontends.server.running import serve_in_thread
 from tests.fakes import FakeModel
 
 CHAT = [{"role": "user", "content": "t5 t6 t7"}]
@@ -410,6 +414,10 @@ def test_cors_is_off_by_default_and_limited_to_the_named_origin(served, keyed: s
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://app.example"
     r = httpx.options(f"{keyed}/v1/chat/completions", headers={**pre, "origin": "http://evil.example"})
     assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+    # OpenAI's JavaScript SDK sends x-stainless-* headers with every call: its preflight must pass
+    sdk = {**pre, "access-control-request-headers": "authorization,content-type,x-stainless-os,x-stainless-lang"}
+    r = httpx.options(f"{keyed}/v1/chat/completions", headers=sdk)
+    assert r.status_code == 200 and "x-stainless-os" in r.headers["access-control-allow-headers"].lower()
 
 
 def test_binding_beyond_loopback_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -427,6 +435,67 @@ def test_binding_beyond_loopback_needs_a_key(monkeypatch: pytest.MonkeyPatch) ->
         args.func(args)  # refused before any model loads
     assert "\n" not in str(err.value)
     assert (args.port, args.queue, args.api_key) == (8080, 8, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--queue", "-1"], "--queue must be >= 0"),
+        (["--max-tokens-cap", "0"], "--max-tokens-cap must be >= 1"),
+        (["--host", "192.0.2.1", "--api-key", "k"], "cannot serve at 192.0.2.1:"),
+        (["--host", "no.such.host.invalid", "--api-key", "k"], "check --host"),
+    ],
+)
+def test_bad_server_options_are_refused_before_any_model_loads(flags: list[str], says: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--target", "/nonexistent/model.gguf", "--port", "18999", *flags])
+    with pytest.raises(EdgespecError, match=re.escape(says)) as err:
+        args.func(args)  # a load would say the model is missing instead
+    assert "\n" not in str(err.value)
+
+
+def test_a_port_in_use_is_one_line_before_any_model_loads() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        parser = argparse.ArgumentParser()
+        add_parser(parser.add_subparsers())
+        port = str(taken.getsockname()[1])
+        args = parser.parse_args(["serve", "--target", "/nonexistent/model.gguf", "--port", port])
+        with pytest.raises(EdgespecError, match="Address already in use .another server is there; pick another --port"):
+            args.func(args)
+
+
+def test_a_server_told_to_stop_ends_the_stream_in_flight_and_answers_those_waiting() -> None:
+    app = create_app(fake_engine(delay=0.02))
+    with serve_in_thread(app) as url:
+        body = {"messages": [{"role": "user", "content": "t5 t6"}], "max_tokens": 400, "temperature": 0}
+        lines: list[str] = []
+        waiting: list[httpx.Response] = []
+
+        def wait_in_line(stream: bool) -> None:
+            waiting.append(httpx.post(f"{url}/v1/chat/completions", json={**body, "stream": stream}, timeout=30))
+
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=30) as r:
+            it = r.iter_lines()
+            lines += [next(it) for _ in range(4)]  # generating
+            others = [threading.Thread(target=wait_in_line, args=(s,)) for s in (True, False)]
+            for t in others:
+                t.start()
+            while app.state.queue.waiting < 2:
+                time.sleep(0.01)
+            app.state.queue.stop_soon()  # what Ctrl-C or SIGTERM does to `edgespec serve`
+            lines += list(it)
+        for t in others:
+            t.join(30)
+        events = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+        assert [x for x in lines if x][-1] == "data: [DONE]" and events[-2]["choices"][0]["finish_reason"] == "error"
+        assert events[-1]["error"]["code"] == "server_shutting_down"
+        assert [w.status_code for w in waiting] == [503, 503]
+        assert all(w.json()["error"]["code"] == "server_shutting_down" and w.headers["retry-after"] for w in waiting)
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)  # a keep-alive client's next request
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
 
 
 @pytest.mark.parametrize(

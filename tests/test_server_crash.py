@@ -8,6 +8,7 @@ the real demo pair as a separate process and kills its engine with SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,8 @@ import pytest
 
 from edgespec import IsolatedEngine
 from edgespec.api.isolated import ChildSpec
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
+from edgespec.frontends.server.running import serve_in_thread
 from tests.conftest import demo_paths
 
 CHAT = [{"role": "user", "content": "t5 t6 t7"}]
@@ -176,4 +178,61 @@ def test_real_pair_serve_survives_sigkill_of_its_engine() -> None:
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_real_pair_serve_stops_at_once_with_streams_open_and_requests_waiting(sig: signal.Signals) -> None:
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-c", "from edgespec.frontends.cli import main; main()", "serve"]
+    cmd += ["--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "2048", "--port", str(port)]
+    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1500, "stream": True}
+    got: list[object] = []
+
+    def client() -> None:
+        try:
+            with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+                lines = [x for x in r.iter_lines() if x]
+                got.append((r.status_code, lines[-1] if lines else ""))
+        except httpx.HTTPError as err:
+            got.append(err)
+
+    try:
+        t0 = time.monotonic()
+        while True:
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() - t0 < 120
+            time.sleep(0.2)
+        child = engine_child(psutil.Process(server.pid))
+        stderr_file = next(f.path for f in child.open_files() if "edgespec-engine-" in f.path)
+        clients = [threading.Thread(target=client) for _ in range(3)]  # one generating, two waiting
+        for c in clients:
+            c.start()
+            time.sleep(0.3)
+        time.sleep(1)
+        server.send_signal(sig)
+        t0 = time.monotonic()
+        code = server.wait(20)
+        took = time.monotonic() - t0
+        for c in clients:
+            c.join(20)
+        err = server.stderr.read() if server.stderr else ""
+        assert code == 0 and took < 10, err  # it hung 33 s and exited 2 ("held this engine for 30 s")
+        assert "Traceback" not in err and "Error" not in err, err
+        assert len(got) == 3 and all(isinstance(g, tuple) for g in got), got  # none cut off mid-body
+        for status, last in got:  # type: ignore[misc]  (a short story may end before the signal)
+            assert last == "data: [DONE]" if status == 200 else "server_shutting_down" in last
+        assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
+        assert not os.path.exists(stderr_file)  # freed on SIGTERM too: the engine was closed, not killed
+    finally:
+        if server.poll() is None:
             server.kill()

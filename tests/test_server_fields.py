@@ -16,7 +16,8 @@ import pytest
 from edgespec import defaults
 from edgespec.api.engine import Engine
 from edgespec.core.errors import EdgespecError
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
+from edgespec.frontends.server.running import serve_in_thread
 from tests.fakes import FakeModel
 from tests.test_server import CHAT, client, reference
 

@@ -17,8 +17,9 @@ import pytest
 
 from edgespec import defaults
 from edgespec.api.engine import Engine
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
 from edgespec.frontends.server.limits import uvicorn_config
+from edgespec.frontends.server.running import serve_in_thread
 from tests.fakes import FakeModel
 from tests.test_server import SlowModel, client, fake_engine, wait_for
 

@@ -13,7 +13,8 @@ import openai
 import pytest
 
 from edgespec.api.engine import Engine
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
+from edgespec.frontends.server.running import serve_in_thread
 from edgespec.llama.config import load_config
 
 pytestmark = pytest.mark.real

@@ -24,7 +24,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from edgespec.api.engine import Engine
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
+from edgespec.frontends.server.running import serve_in_thread
 from tests.fakes import make_engine
 
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1

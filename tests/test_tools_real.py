@@ -11,7 +11,8 @@ import jsonschema
 import openai
 import pytest
 
-from edgespec.frontends.server.app import create_app, serve_in_thread
+from edgespec.frontends.server.app import create_app
+from edgespec.frontends.server.running import serve_in_thread
 
 pytestmark = pytest.mark.real
 

@@ -162,7 +162,8 @@ class Engine:
         """Free the models once a generation still running ends (closed, or cancelled where another thread reads)."""
         if self._closed:
             return
-        close_running(self._running)
+        self._closing = True  # from now a stream waiting for the engine gets CLOSED, not a turn
+        close_running(self._running, LOCK_WAIT_S)
         with self._hold(closing=True), self._native.alone():  # and no tokenize or piece under way elsewhere
             if not self._closed:  # (a close beside this one)
                 for m in (self.draft, self.target):

@@ -50,13 +50,16 @@ class Generation(Iterator[StreamEvent]):
             self._stats, self._done = event.stats, event.finish_reason is not None
             return event
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 0.0) -> None:
         """Release the engine at once; while another thread is reading, cancel that read instead
         (closing a generator under way would raise, in either thread): it ends at its step's end,
-        or where it still waits for the engine, once it has the engine."""
+        or where it still waits for the engine, once it has the engine. With `wait_s` (a closing
+        engine's), wait that long for the read to end and then close: a reader that stops
+        reading after that step (a server shutting down) would leave the engine held."""
         if not self._reading.acquire(blocking=False):
             self.cancel()
-            return
+            if wait_s <= 0 or not self._reading.acquire(timeout=wait_s):
+                return
         try:
             close = getattr(self._events, "close", None)
             if close is not None:
@@ -73,8 +76,8 @@ class Generation(Iterator[StreamEvent]):
         self.close()
 
 
-def close_running(running: Generation | None) -> None:
+def close_running(running: Generation | None, wait_s: float) -> None:
     """What a closing engine does to its stream still running (`close`), a weak proxy of its handle."""
     with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
         if running is not None:
-            running.close()
+            running.close(wait_s)

@@ -236,7 +236,8 @@ class IsolatedEngine(Engine):
     def close(self) -> None:
         if self._closed:
             return
-        close_running(self._running)
+        self._closing = True  # from now a stream waiting for the engine gets CLOSED, not a turn
+        close_running(self._running, _engine.LOCK_WAIT_S)
         with self._hold(closing=True):
             if self._closed:  # (a close beside this one)
                 return

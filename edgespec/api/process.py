@@ -13,6 +13,7 @@ rather than landing on the user's terminal (a chat screen) before it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -32,6 +33,9 @@ from .child import ChildSpec
 
 log = logging.getLogger("edgespec")
 POLL_S = 0.1  # how often the reader looks at cancel deadlines
+# a cancel's grace is at least this many of the slowest recent steps: a machine so loaded that a
+# step takes seconds is slow, not hung (a 5 s grace killed and reloaded a child mid-step there)
+SLOW_STEPS = 3
 
 
 class Owner(Protocol):
@@ -70,7 +74,10 @@ class ChildProcess:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._pending: dict[int, queue.Queue[tuple]] = {}
-        self._deadlines: dict[int, float] = {}
+        self._deadlines: dict[int, float] = {}  # cancelled generations: when they must have ended
+        self._graces: dict[int, float] = {}  # the grace each was given
+        self._heard: dict[int, float] = {}  # when each generation last sent something
+        self._steps: collections.deque[float] = collections.deque(maxlen=16)  # recent gaps between its messages
         self._reader = threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe")
         self._reader.start()
 
@@ -89,12 +96,15 @@ class ChildProcess:
                 raise EngineCrashed(self.dead, self._retry_after())
             q: queue.Queue[tuple] = queue.Queue()
             self._pending[rid] = q
+            self._heard[rid] = time.monotonic()
             return q
 
     def forget(self, rid: int) -> None:
         with self._lock:
             self._pending.pop(rid, None)
             self._deadlines.pop(rid, None)
+            self._graces.pop(rid, None)
+            self._heard.pop(rid, None)
 
     def send(self, message: tuple) -> None:
         try:
@@ -105,11 +115,13 @@ class ChildProcess:
             raise EngineCrashed(gone, self._retry_after()) from err
 
     def cancel(self, gid: int, grace_s: float, *, tell: bool = True) -> None:
-        """Stop `gid`, and kill the child if it has not ended the stream `grace_s` from now."""
+        """Stop `gid`, and kill the child if it has not ended the stream `grace_s` from now (or
+        SLOW_STEPS of the slowest recent steps, where those took longer)."""
         with self._lock:
-            if gid not in self._pending:
+            if gid not in self._pending or gid in self._deadlines:
                 return
-            self._deadlines.setdefault(gid, time.monotonic() + grace_s)
+            grace = max(grace_s, SLOW_STEPS * max(self._steps, default=0.0))
+            self._deadlines[gid], self._graces[gid] = time.monotonic() + grace, grace
         if tell:
             try:
                 self.send(("cancel", gid))
@@ -175,16 +187,18 @@ class ChildProcess:
                 q = self._pending.get(message[1])
                 if kind in ("end", "error"):
                     self._deadlines.pop(message[1], None)
+                if (heard := self._heard.get(message[1])) is not None:
+                    now = time.monotonic()
+                    self._steps.append(now - heard)
+                    self._heard[message[1]] = now
             if q is not None:
                 q.put(message)
 
     def _check_deadlines(self) -> None:
         with self._lock:
-            late = any(t <= time.monotonic() for t in self._deadlines.values())
+            late = [self._graces[g] for g, t in self._deadlines.items() if t <= time.monotonic()]
         if late and self.process.is_alive():
-            owner = self._owner()
-            grace = owner.cancel_grace_s if owner is not None else 0.0
-            self.kill(f"a generation did not stop within {grace:g} s of being cancelled")
+            self.kill(f"a generation did not stop within {max(late):.3g} s of being cancelled")
 
     def _died(self) -> None:
         code = self.process.exitcode

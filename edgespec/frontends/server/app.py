@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -43,7 +40,7 @@ from edgespec import (
 
 from .fields import UNPARSABLE, ChatRequest, CompletionRequest, Sampling, explain, not_utf8
 from .guard import Guard, allowed_host_names, check_bind, error_body
-from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull
+from .queue import ClientGone, GenerationQueue, Job, Metrics, QueueFull, ServerStopping
 from .schema import COMPLETION_RESPONSES, ERRORS, ChatFormat, Format, TextFormat, sse_data
 
 log = logging.getLogger("edgespec.server")
@@ -87,6 +84,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        queue.bind()
         yield
         queue.shutdown()
 
@@ -106,7 +104,7 @@ def create_app(
             CORSMiddleware,
             allow_origins=[cors_origin],
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["*"],  # OpenAI's JS SDK sends x-stainless-* headers with every call
         )
     _add_error_handlers(app)
 
@@ -247,6 +245,8 @@ async def _complete(
             parts.append(event.text)
             if lps is not None and event.logprobs is not None:
                 lps += event.logprobs
+        if event.finish_reason == "cancelled" and queue.stopping:
+            raise ServerStopping()
     finally:
         job.close()
     return JSONResponse(fmt.whole("".join(parts), event, lps))
@@ -275,6 +275,10 @@ async def _sse(job: Job, event: StreamEvent, fmt: Format, usage_chunk: bool = Fa
     while True:
         for chunk in fmt.chunks(event):
             yield sse_data(chunk)
+        if event.finish_reason == "cancelled" and job.queue.stopping:
+            yield sse_data(_error_chunk(fmt))
+            yield sse_data(error_body(503, str(ServerStopping()), code="server_shutting_down"))
+            break
         if event.finish_reason is not None:
             last = fmt.chunk(None, event)
             yield sse_data(last)
@@ -347,39 +351,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def busy(_: Request, exc: QueueFull) -> JSONResponse:
         return error(503, str(exc), code="queue_full", headers={"Retry-After": str(exc.retry_after)})
 
+    @app.exception_handler(ServerStopping)
+    async def stopping(_: Request, exc: ServerStopping) -> JSONResponse:
+        return error(503, str(exc), code="server_shutting_down", headers={"Retry-After": str(exc.retry_after)})
+
     @app.exception_handler(ClientGone)
     async def gone(_: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nobody reads it; the nginx convention for the log
-
-
-# -- running it ----------------------------------------------------------------------
-@contextlib.contextmanager
-def serve_in_thread(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 0, header_timeout_s: float = defaults.HEADER_TIMEOUT_S
-) -> Iterator[str]:
-    """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL."""
-    import uvicorn
-
-    from .limits import uvicorn_config
-
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets; without it every
-    # response waits ~40 ms for a delayed ACK
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn_config(app, header_timeout_s=header_timeout_s, log_level="warning", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.01)
-    try:
-        bound = f"[{host}]" if ":" in host else host
-        yield f"http://{bound}:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import signal
+import socket
 import sys
 from typing import Any
 
@@ -74,6 +77,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)  # before minutes of model loading
     if not 0 < args.port < 65536:
         raise EdgespecError(f"--port must be between 1 and 65535 (got {args.port})")
+    if args.queue < 0:
+        raise EdgespecError(f"--queue must be >= 0 (got {args.queue})")
+    if args.max_tokens_cap < 1:
+        raise EdgespecError(f"--max-tokens-cap must be >= 1 (got {args.max_tokens_cap})")
+    listen(args.host, args.port).close()  # the port is free and the address this machine's (bound again once loaded)
     engine = shared.engine_from_args(args, isolated=not args.in_process)
     try:
         return _serve(args, engine, api_key)
@@ -82,10 +90,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int:
-    import uvicorn
 
     from .app import create_app
     from .limits import uvicorn_config
+    from .running import stopping_server
 
     for w in engine.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -101,6 +109,7 @@ def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int
         max_tokens_cap=args.max_tokens_cap,
     )
     bound = f"[{args.host}]" if ":" in args.host else args.host
+    sock = listen(args.host, args.port)
     print(
         f"edgespec: serving {engine.name} at http://{bound}:{args.port}/v1"
         f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
@@ -113,9 +122,38 @@ def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int
         log_level="info" if args.verbose else "warning",
         timeout_graceful_shutdown=3,
     )
-    server = uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    server = stopping_server(app, config)
+    # uvicorn stops gracefully on SIGTERM as on Ctrl-C, then raises the signal again: here that
+    # ends run() as Ctrl-C's KeyboardInterrupt does, so the engine is closed (not killed with it)
+    term = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with contextlib.suppress(KeyboardInterrupt, Terminated):
+            server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's startup failed (it logged why)
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, term)
+        sock.close()
     if not server.started:
-        raise EdgespecError(f"could not serve at {bound}:{args.port} (is the port in use? see the line above)")
+        raise EdgespecError(f"could not serve at {bound}:{args.port} (see the line above)")
     return 0
+
+
+class Terminated(Exception):
+    """SIGTERM, once uvicorn has stopped serving."""
+
+
+def _terminated(sig: int, frame: object) -> None:
+    raise Terminated()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (uvicorn listens on it), or one line saying why not."""
+    from .running import bind_socket
+
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        return bind_socket(host, port)
+    except OSError as err:
+        why = "another server is there; pick another --port" if err.errno == errno.EADDRINUSE else "check --host"
+        raise EdgespecError(f"cannot serve at {where}: {err.strerror or err} ({why})") from err

@@ -16,6 +16,10 @@ A client that goes away is noticed by a task that waits for the ASGI
 generation at the end of the step in flight, and the request's loop stops
 asking for more steps. A request whose client left while it waited is
 dropped when its turn comes, without generating.
+
+When the server is told to stop (Ctrl-C, SIGTERM: `stop_soon`, from the signal handler),
+the generation in progress ends at its step's end and its client is told the server is
+stopping; requests still waiting, and any that arrive, get `ServerStopping` (503).
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ class QueueFull(Exception):
 
 class ClientGone(Exception):
     """The client disconnected before its turn came."""
+
+
+class ServerStopping(Exception):
+    retry_after = 5  # a restart of the demo pair takes about that
+
+    def __init__(self) -> None:
+        super().__init__("the server is stopping; retry in a few seconds")
 
 
 class Metrics:
@@ -165,12 +176,31 @@ class GenerationQueue:
         self.metrics = metrics
         self.waiting = 0
         self.running = False
+        self.stopping = False
+        self._job: Job | None = None  # the one with the turn
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._turn = asyncio.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
         self._preparer = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgespec-tokenize")
 
+    def bind(self) -> None:
+        """Note the event loop this queue runs on (at the app's startup): `stop_soon` posts to it."""
+        self._loop = asyncio.get_running_loop()
+
+    def stop_soon(self) -> None:
+        """The server is stopping: safe from a signal handler or another thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop)
+
+    def _stop(self) -> None:
+        self.stopping = True
+        if (job := self._job) is not None and job.stream is not None:
+            job.stream.cancel()  # ends at its step's end; its request tells the client
+
     def check_room(self) -> None:
-        """Raise QueueFull when no more requests may wait."""
+        """Raise ServerStopping once the server stops, QueueFull when no more requests may wait."""
+        if self.stopping:
+            raise ServerStopping()
         if (self.running or self.waiting) and self.waiting >= self.max_waiting:
             raise QueueFull(self.metrics.retry_after(self.waiting + 1))  # those waiting and the one running
 
@@ -195,10 +225,15 @@ class GenerationQueue:
         finally:
             self.waiting -= 1
         self.running = job.has_turn = True
+        self._job = job
         try:
             if job.gone:
                 raise ClientGone()
+            if self.stopping:
+                raise ServerStopping()
             job.stream = await self.call(make_stream)
+            if self.stopping:  # it came while the stream was made
+                job.stream.cancel()
         except BaseException:
             job.close()
             raise
@@ -208,11 +243,15 @@ class GenerationQueue:
         return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
 
     def _release(self, stream: Generation | None) -> None:
-        if stream is not None:
-            # queued behind the step in flight, ahead of the next request's first step
-            self._worker.submit(stream.close)
-        self.running = False
-        self._turn.release()
+        try:
+            if stream is not None:
+                try:  # queued behind the step in flight, ahead of the next request's first step
+                    self._worker.submit(stream.close)
+                except RuntimeError:  # the server is stopping (the worker is shut down): the engine's close ends it
+                    stream.cancel()
+        finally:
+            self.running, self._job = False, None
+            self._turn.release()
 
     def shutdown(self) -> None:
         self.engine.cancel()
