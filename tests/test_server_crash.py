@@ -142,8 +142,9 @@ def engine_child(server: psutil.Process) -> psutil.Process:
     raise AssertionError("no engine process")
 
 
-@pytest.mark.real
-def test_real_pair_serve_survives_sigkill_of_its_engine() -> None:
+@contextlib.contextmanager
+def real_server() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`edgespec serve` on the demo pair in a process of its own, once it answers /health; (process, URL)."""
     paths = demo_paths()
     if paths is None:
         pytest.skip("demo pair not prepared")
@@ -156,13 +157,24 @@ def test_real_pair_serve_survives_sigkill_of_its_engine() -> None:
         t0 = time.monotonic()
         while True:
             assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            try:
+            with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{url}/health", timeout=5).status_code == 200:
                     break
-            except httpx.TransportError:
-                pass
             assert time.monotonic() - t0 < 120
             time.sleep(0.2)
+        yield server, url
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+@pytest.mark.real
+def test_real_pair_serve_survives_sigkill_of_its_engine() -> None:
+    with real_server() as (server, url):
         child = engine_child(psutil.Process(server.pid))
         body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 2000}
         events, took = stream_and_kill(url, child.pid, {**body, "stream": True, "temperature": 0})
@@ -173,25 +185,11 @@ def test_real_pair_serve_survives_sigkill_of_its_engine() -> None:
         r = httpx.post(f"{url}/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=120)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
         assert server.poll() is None and engine_child(psutil.Process(server.pid)).pid != child.pid
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_real_pair_serve_stops_at_once_with_streams_open_and_requests_waiting(sig: signal.Signals) -> None:
-    paths = demo_paths()
-    if paths is None:
-        pytest.skip("demo pair not prepared")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-c", "from edgespec.frontends.cli import main; main()", "serve"]
-    cmd += ["--target", str(paths[0]), "--draft", str(paths[1]), "--n-ctx", "2048", "--port", str(port)]
-    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1500, "stream": True}
     got: list[object] = []
 
@@ -203,15 +201,7 @@ def test_real_pair_serve_stops_at_once_with_streams_open_and_requests_waiting(si
         except httpx.HTTPError as err:
             got.append(err)
 
-    try:
-        t0 = time.monotonic()
-        while True:
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            assert time.monotonic() - t0 < 120
-            time.sleep(0.2)
+    with real_server() as (server, url):
         child = engine_child(psutil.Process(server.pid))
         stderr_file = next(f.path for f in child.open_files() if "edgespec-engine-" in f.path)
         clients = [threading.Thread(target=client) for _ in range(3)]  # one generating, two waiting
@@ -233,6 +223,3 @@ def test_real_pair_serve_stops_at_once_with_streams_open_and_requests_waiting(si
             assert last == "data: [DONE]" if status == 200 else "server_shutting_down" in last
         assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
         assert not os.path.exists(stderr_file)  # freed on SIGTERM too: the engine was closed, not killed
-    finally:
-        if server.poll() is None:
-            server.kill()
