@@ -108,9 +108,9 @@ def make_engine(
 
 
 class SlowFake(FakeModel):
-    """A fake whose forward passes take `delay` s. From eval number `hang_at` on, each pass
-    takes an hour (native code that ignores a cancel); at eval number `abort_at` the whole
-    process aborts (a native crash)."""
+    """A fake whose forward passes take `delay` s (a prefill, a pass over more than 3 tokens,
+    `prefill_s` more). From eval number `hang_at` on, each pass takes an hour (native code that
+    ignores a cancel); at eval number `abort_at` the whole process aborts (a native crash)."""
 
     def __init__(
         self,
@@ -119,10 +119,12 @@ class SlowFake(FakeModel):
         hang_at: int | None = None,
         abort_at: int | None = None,
         tokenize_s: float = 0.0,
+        prefill_s: float = 0.0,
         **kw: object,
     ) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.delay, self.hang_at, self.abort_at, self.tokenize_s = delay, hang_at, abort_at, tokenize_s
+        self.prefill_s = prefill_s
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         time.sleep(self.tokenize_s)  # a long prompt
@@ -135,7 +137,7 @@ class SlowFake(FakeModel):
             os.abort()
         if self.hang_at is not None and n >= self.hang_at:
             time.sleep(3600)
-        time.sleep(self.delay)
+        time.sleep(self.delay + (self.prefill_s if len(tokens) > 3 else 0.0))
         return super().eval(tokens, pos, logits_from)
 
 
@@ -147,6 +149,7 @@ def make_slow_engine(
     n_ctx: int = 4096,
     once: str | None = None,
     tokenize_s: float = 0.0,
+    prefill_s: float = 0.0,
 ) -> Engine:
     """A fake pair for an isolated engine's child ("tests.fakes:make_slow_engine"). `once`: a
     file path; the first load creates it, every later load fails (a restart that cannot work)."""
@@ -154,7 +157,9 @@ def make_slow_engine(
         if Path(once).exists():
             raise EdgespecError("the models are gone (a test's doing)")
         Path(once).touch()
-    target = SlowFake(64, n_ctx=n_ctx, delay=delay, hang_at=hang_at, abort_at=abort_at, tokenize_s=tokenize_s)
+    target = SlowFake(
+        64, n_ctx=n_ctx, delay=delay, hang_at=hang_at, abort_at=abort_at, tokenize_s=tokenize_s, prefill_s=prefill_s
+    )
     return Engine(target, FakeModel(64, noise=0.5, n_ctx=n_ctx), name="fake")
 
 

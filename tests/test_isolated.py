@@ -180,6 +180,19 @@ def test_a_cancel_waits_for_a_step_that_is_only_slow() -> None:
         assert engine.pid == pid and engine.state == "ok"  # not killed and restarted
 
 
+@pytest.mark.slow  # a 2 s prefill
+def test_a_long_prefill_does_not_stretch_the_grace_of_a_hung_step() -> None:
+    # the prefill is no step: a child that hangs after it is killed within the grace, not 3 prefills
+    with isolated(hang_at=10, prefill_s=2.0, cancel_grace_s=0.5) as engine:
+        gen = engine.stream(" ".join(f"t{i}" for i in range(5, 30)), temperature=0, max_tokens=200, k=0)
+        events = [next(gen) for _ in range(3)]
+        time.sleep(0.5)  # it hangs by now
+        gen.cancel()
+        t0 = time.monotonic()
+        events += list(gen)
+        assert events[-1].finish_reason == "cancelled" and time.monotonic() - t0 < 2.5
+
+
 def test_closing_a_stream_early_leaves_the_engine_ready_for_the_next() -> None:
     with isolated(delay=0.005) as engine:
         with engine.stream("t5 t6", temperature=0, max_tokens=500) as gen:

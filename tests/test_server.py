@@ -468,7 +468,8 @@ def test_a_port_in_use_is_one_line_before_any_model_loads() -> None:
 
 
 def test_a_server_told_to_stop_ends_the_stream_in_flight_and_answers_those_waiting() -> None:
-    app = create_app(fake_engine(delay=0.02))
+    engine = fake_engine(delay=0.02)
+    app = create_app(engine)
     with serve_in_thread(app) as url:
         body = {"messages": [{"role": "user", "content": "t5 t6"}], "max_tokens": 400, "temperature": 0}
         lines: list[str] = []
@@ -480,12 +481,16 @@ def test_a_server_told_to_stop_ends_the_stream_in_flight_and_answers_those_waiti
         with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=30) as r:
             it = r.iter_lines()
             lines += [next(it) for _ in range(4)]  # generating
+            engine.target.gate.clear()  # it waits in its next step until the others wait in line
             others = [threading.Thread(target=wait_in_line, args=(s,)) for s in (True, False)]
             for t in others:
                 t.start()
+            deadline = time.monotonic() + 20
             while app.state.queue.waiting < 2:
+                assert time.monotonic() < deadline, "the two requests never queued"
                 time.sleep(0.01)
             app.state.queue.stop_soon()  # what Ctrl-C or SIGTERM does to `edgespec serve`
+            engine.target.gate.set()
             lines += list(it)
         for t in others:
             t.join(30)
@@ -495,6 +500,25 @@ def test_a_server_told_to_stop_ends_the_stream_in_flight_and_answers_those_waiti
         assert [w.status_code for w in waiting] == [503, 503]
         assert all(w.json()["error"]["code"] == "server_shutting_down" and w.headers["retry-after"] for w in waiting)
         r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)  # a keep-alive client's next request
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
+        r = httpx.get(f"{url}/health")
+        assert r.status_code == 503 and r.json() == {"status": "stopping"}
+
+
+def test_serve_in_thread_keeps_its_old_home_and_runs_an_app_mounted_in_another() -> None:
+    from fastapi import FastAPI
+
+    from edgespec.frontends.server import app as app_module
+
+    assert app_module.serve_in_thread is serve_in_thread
+    outer = FastAPI()
+    inner = create_app(fake_engine())
+    outer.mount("/llm", inner)  # the inner app's lifespan never runs
+    with serve_in_thread(outer) as url:
+        r = httpx.post(f"{url}/llm/v1/completions", json={"prompt": "t5", "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"]
+        inner.state.queue.stop_soon()  # an embedder stopping its own server
+        r = httpx.post(f"{url}/llm/v1/completions", json={"prompt": "t5", "max_tokens": 2}, timeout=30)
         assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
 
 

@@ -242,8 +242,10 @@ async def test_k_0_reads_as_plain_decoding_in_the_status_bar(where: str) -> None
         assert not app.last_stats.speculative
 
 
-async def test_ctrl_t_under_k_0_says_why_it_stays_plain() -> None:
-    app = create_app(make_engine(), options=options(k=0))
+@pytest.mark.parametrize("where", ["option", "pair"])
+async def test_ctrl_t_under_k_0_says_why_it_stays_plain(where: str) -> None:
+    engine = make_engine(default_k=0) if where == "pair" else make_engine()  # models.toml's k = 0
+    app = create_app(engine, options=options(k=0) if where == "option" else options(k=None))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("ctrl+t")
         await pilot.pause()
@@ -315,10 +317,14 @@ async def test_temperature_keys() -> None:
 
 
 async def test_sigterm_quits_as_ctrl_q_does(tmp_path: Path) -> None:
+    def embedders(sig: int, frame: object) -> None:  # what was there before the app: given back after
+        pass
+
+    signal.signal(signal.SIGTERM, embedders)
     app = create_app(slow_engine(), options=options(max_tokens=2000, chats_dir=tmp_path))
     async with app.run_test(size=SIZE) as pilot:
         await _mid_reply(app, pilot)
-        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the app's handler: the kill reaches it
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, embedders)  # the app's: the kill reaches it
         os.kill(os.getpid(), signal.SIGTERM)
         for _ in range(100):
             await asyncio.sleep(0.05)
@@ -327,7 +333,8 @@ async def test_sigterm_quits_as_ctrl_q_does(tmp_path: Path) -> None:
     assert app.return_code == 143
     (saved,) = list_chats(tmp_path)  # the reply so far, kept as ctrl+q keeps it
     assert [m["role"] for m in saved.messages] == ["user", "assistant"] and saved.messages[1]["content"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back when the app is gone
+    assert signal.getsignal(signal.SIGTERM) is embedders  # given back when the app is gone
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 async def test_ctrl_q_quits_mid_generation() -> None:

@@ -197,12 +197,28 @@ async def test_a_resumed_turn_with_no_reply_says_so(tmp_path: Path) -> None:
         assert first.meta == "[no reply]" and "…" not in first.content.plain and second.meta == ""
 
 
-async def test_a_first_message_taken_back_leaves_no_saved_chat(tmp_path: Path) -> None:
+async def test_a_message_taken_back_stays_saved_as_the_unanswered_one(tmp_path: Path) -> None:
+    long = " ".join(f"t{i}" for i in range(5, 30))  # too long for the context: it comes back to the box
     app = create_app(make_engine(n_ctx=16), options=options(tmp_path, max_tokens=8))
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, " ".join(f"t{i}" for i in range(5, 30)))  # too long for the context
+        await send(pilot, app, long)  # the first message of the chat
         assert app.messages("error") and app.history == []
-    assert list_chats(tmp_path) == [] and list(tmp_path.glob("*.json")) == []
+    assert saved(tmp_path) == [{"role": "user", "content": long}]
+    again = create_app(make_engine(n_ctx=16), options=options(tmp_path, max_tokens=8, resume=find_chat(None, tmp_path)))
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.query_one("#prompt").value == long  # back in the box
+        await pilot.press("enter")  # refused again: the resumed chat keeps it (its file was deleted)
+        await settle(pilot, again)
+        assert again.messages("error") and again.query_one("#prompt").value == long
+    assert saved(tmp_path) == [{"role": "user", "content": long}]
+    third = create_app(make_engine(), options=options(tmp_path, max_tokens=4, resume=find_chat(None, tmp_path)))
+    async with third.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        third.query_one("#prompt").value = "t5"  # the user writes something shorter instead
+        await pilot.press("enter")
+        await settle(pilot, third)
+    assert [m["content"] for m in saved(tmp_path)][0] == "t5" and len(saved(tmp_path)) == 2
 
 
 async def test_new_chat_starts_a_new_file_and_keeps_the_old_one(tmp_path: Path) -> None:

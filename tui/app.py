@@ -76,12 +76,14 @@ class ChatApp(Commands, App[None]):
         self._sys_reader = self.options.sys_reader
         self._file: ChatFile | None = None
         self._unanswered = ""  # a resumed chat's last message, which got no reply
+        self._unsent: dict[str, str] | None = None  # a message handed back to the prompt, not sent again yet
         if self.options.chats_dir is not None:
             self._file = ChatFile(self.options.chats_dir, self.options.resume, engine.name)
         if self.options.resume is not None:
             self.history = list(self.options.resume.messages)
             if self.history and self.history[-1]["role"] == "user":
-                self._unanswered = self.history.pop()["content"]
+                self._unsent = self.history.pop()
+                self._unanswered = self._unsent["content"]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -159,11 +161,12 @@ class ChatApp(Commands, App[None]):
         self.status.set(rss=rss, cpu=cpu)
 
     def persist(self, messages: list[dict[str, str]]) -> None:
-        """Save the conversation as it stands (the file is replaced whole, atomically)."""
+        """Save the conversation as it stands (the file is replaced whole, atomically), with a
+        message handed back to the prompt as its last, unanswered one: `--resume` puts it back."""
         if self._file is None:
             return
         try:
-            self._file.save(messages)
+            self._file.save([*messages, *([self._unsent] if self._unsent else [])])
         except OSError as err:
             if not self._save_failed:  # said once, not after every message
                 self.add_message("error", f"could not save this chat to {self._file.path}: {err.strerror or err}")
@@ -194,6 +197,7 @@ class ChatApp(Commands, App[None]):
         self.send(text[1:] if typed.startswith("//") else text)
 
     def send(self, text: str) -> None:
+        self._unsent = None  # (what the box held is sent now, as it is)
         self.add_message("user", text)
         self._pending_user = {"role": "user", "content": text}
         self._reply = self.add_message("assistant")
@@ -291,6 +295,7 @@ class ChatApp(Commands, App[None]):
         False where the prompt holds new text: then nothing moves."""
         if self._prompt.value or self._pending_user is None:
             return False
+        self._unsent = self._pending_user
         self._prompt.set_text(self._pending_user["content"])
         reply.remove()
         if mine := self.messages("user"):
@@ -326,7 +331,7 @@ class ChatApp(Commands, App[None]):
         self._gen += 1  # anything still arriving from the old generation is dropped
         self.generating = False
         self._reply = None
-        self._pending_user = None
+        self._pending_user = self._unsent = None
         self.history = []
         self.last_stats = None
         if self._file is not None:
@@ -339,7 +344,7 @@ class ChatApp(Commands, App[None]):
         if not self.engine.can_speculate:
             self.notify("no draft model is loaded and lookup is off: plain decoding only", severity="warning")
             return
-        if self.options.k == 0:
+        if (self.options.k if self.options.k is not None else getattr(self.engine, "default_k", None)) == 0:
             self.notify("--k 0 decodes plainly: start the chat without it to speculate", severity="warning")
             return
         self.speculative = not self.speculative

@@ -40,15 +40,22 @@ def psutil_reader() -> SysReader:
     return read
 
 
+_before: list[Any] = []  # the SIGTERM handler on_sigterm replaced (an embedding app's)
+
+
 def on_sigterm(callback: Callable[[], None] | None) -> None:
     """Run `callback` on SIGTERM (`kill`, a session ending) in the running asyncio loop, or with
-    None go back to the default; nothing where the loop cannot (not the main thread's, Windows)."""
+    None give back the handler there was; nothing where the loop cannot (not the main thread's,
+    Windows)."""
     try:
         loop = asyncio.get_running_loop()
         if callback is None:
-            loop.remove_signal_handler(signal.SIGTERM)
+            if _before and loop.remove_signal_handler(signal.SIGTERM):
+                signal.signal(signal.SIGTERM, _before.pop())
         else:
+            before = signal.getsignal(signal.SIGTERM)
             loop.add_signal_handler(signal.SIGTERM, callback)
+            _before[:] = [before]
     except (NotImplementedError, RuntimeError, ValueError):
         pass
 

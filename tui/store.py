@@ -60,10 +60,8 @@ class ChatFile:
         return self.directory / f"{self.chat.id}.json"
 
     def save(self, messages: list[dict[str, str]]) -> None:
-        """Write the conversation atomically; OSError when the disk says no. With no messages
-        (a first message taken back) there is no chat to keep, and its file goes."""
+        """Write the conversation atomically; OSError when the disk says no."""
         if not messages:
-            self.path.unlink(missing_ok=True)
             return
         self.chat.messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         self.chat.updated = _now()

@@ -37,6 +37,7 @@ from .engine import Engine
 
 log = logging.getLogger("edgespec.child")
 CALLS = ("tokenize", "chat_text", "tools", "piece", "reset")  # what the parent may call by name
+TERM_GRACE_S = 10.0  # after a SIGTERM, how long the parent has to close this process
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,18 @@ def facts(engine: Engine) -> dict[str, Any]:
     )
 
 
+def _exit_later(seconds: float) -> None:
+    timer = threading.Timer(seconds, os._exit, (128 + signal.SIGTERM,))
+    timer.daemon = True
+    timer.start()
+
+
 def main(conn: Connection, spec: ChildSpec, log_level: int = logging.WARNING, stderr: str | None = None) -> None:
-    # Ctrl-C in a terminal reaches the whole process group: the parent decides what it means
+    # Ctrl-C in a terminal, or SIGTERM to a service's whole process group (systemd's default),
+    # reaches this process too: the parent decides what it means and closes this one. After a
+    # SIGTERM it has TERM_GRACE_S to do so (a parent that ends without closing it waits for it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: _exit_later(TERM_GRACE_S))
     if stderr is not None:  # what native code prints as it dies (ggml's assert) goes into the parent's one line
         fd = os.open(stderr, os.O_WRONLY | os.O_APPEND)
         os.dup2(fd, 2)

@@ -163,7 +163,7 @@ class Engine:
         if self._closed:
             return
         self._closing = True  # from now a stream waiting for the engine gets CLOSED, not a turn
-        close_running(self._running, LOCK_WAIT_S)
+        close_running(self._running, LOCK_WAIT_S, undo=lambda: setattr(self, "_closing", False))
         with self._hold(closing=True), self._native.alone():  # and no tokenize or piece under way elsewhere
             if not self._closed:  # (a close beside this one)
                 for m in (self.draft, self.target):

@@ -76,8 +76,13 @@ class Generation(Iterator[StreamEvent]):
         self.close()
 
 
-def close_running(running: Generation | None, wait_s: float) -> None:
-    """What a closing engine does to its stream still running (`close`), a weak proxy of its handle."""
-    with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
-        if running is not None:
-            running.close(wait_s)
+def close_running(running: Generation | None, wait_s: float, undo: Callable[[], None]) -> None:
+    """What a closing engine does to its stream still running (`close`), a weak proxy of its
+    handle; `undo` runs where that raises (a Ctrl-C while it waits): the engine stays as it was."""
+    try:
+        with contextlib.suppress(ReferenceError):  # a handle dropped as this runs: its events end anyway
+            if running is not None:
+                running.close(wait_s)
+    except BaseException:
+        undo()
+        raise

@@ -152,8 +152,8 @@ class IsolatedEngine(Engine):
 
     def child_died(self, child: ChildProcess, cause: str) -> None:
         """Runs on the dead child's reader thread: start a new child, a few times at most."""
-        if self._closed or child is not getattr(self, "_child", None):
-            return  # a death while loading is _start's to report
+        if self._closed or self._closing or child is not getattr(self, "_child", None):
+            return  # a death while loading is _start's to report; one while closing needs no new child
         if multiprocessing.util._exiting:  # type: ignore[attr-defined]
             return  # the interpreter is ending and multiprocessing stops its children: not a crash
         self._state = "restarting"
@@ -237,7 +237,7 @@ class IsolatedEngine(Engine):
         if self._closed:
             return
         self._closing = True  # from now a stream waiting for the engine gets CLOSED, not a turn
-        close_running(self._running, _engine.LOCK_WAIT_S)
+        close_running(self._running, _engine.LOCK_WAIT_S, undo=lambda: setattr(self, "_closing", False))
         with self._hold(closing=True):
             if self._closed:  # (a close beside this one)
                 return

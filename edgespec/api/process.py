@@ -76,7 +76,7 @@ class ChildProcess:
         self._pending: dict[int, queue.Queue[tuple]] = {}
         self._deadlines: dict[int, float] = {}  # cancelled generations: when they must have ended
         self._graces: dict[int, float] = {}  # the grace each was given
-        self._heard: dict[int, float] = {}  # when each generation last sent something
+        self._heard: dict[int, float | None] = {}  # when each generation last sent something (None: nothing yet)
         self._steps: collections.deque[float] = collections.deque(maxlen=16)  # recent gaps between its messages
         self._reader = threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe")
         self._reader.start()
@@ -96,7 +96,7 @@ class ChildProcess:
                 raise EngineCrashed(self.dead, self._retry_after())
             q: queue.Queue[tuple] = queue.Queue()
             self._pending[rid] = q
-            self._heard[rid] = time.monotonic()
+            self._heard[rid] = None  # its first message follows a prefill (or is a call's answer): not a step
             return q
 
     def forget(self, rid: int) -> None:
@@ -187,9 +187,10 @@ class ChildProcess:
                 q = self._pending.get(message[1])
                 if kind in ("end", "error"):
                     self._deadlines.pop(message[1], None)
-                if (heard := self._heard.get(message[1])) is not None:
+                if message[1] in self._heard:
                     now = time.monotonic()
-                    self._steps.append(now - heard)
+                    if (heard := self._heard[message[1]]) is not None:
+                        self._steps.append(now - heard)
                     self._heard[message[1]] = now
             if q is not None:
                 q.put(message)

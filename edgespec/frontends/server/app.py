@@ -113,7 +113,7 @@ def create_app(
     @app.get("/health", responses=ERRORS)
     async def health() -> Response:
         # "restarting": the engine's process died and a new one is loading the models
-        state = engine.state
+        state = "stopping" if queue.stopping else engine.state
         if state == "ok":
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": state}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
@@ -358,3 +358,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ClientGone)
     async def gone(_: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nobody reads it; the nginx convention for the log
+
+
+from .running import serve_in_thread  # noqa: E402  (its home before running.py; embedders import it from here)
+
+__all__ = ["create_app", "serve_in_thread"]

@@ -81,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise EdgespecError(f"--queue must be >= 0 (got {args.queue})")
     if args.max_tokens_cap < 1:
         raise EdgespecError(f"--max-tokens-cap must be >= 1 (got {args.max_tokens_cap})")
-    listen(args.host, args.port).close()  # the port is free and the address this machine's (bound again once loaded)
+    check_free(args.host, args.port)  # uvicorn binds it once the models are loaded
     engine = shared.engine_from_args(args, isolated=not args.in_process)
     try:
         return _serve(args, engine, api_key)
@@ -109,11 +109,9 @@ def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int
         max_tokens_cap=args.max_tokens_cap,
     )
     bound = f"[{args.host}]" if ":" in args.host else args.host
-    sock = listen(args.host, args.port)
-    print(
+    serving = (
         f"edgespec: serving {engine.name} at http://{bound}:{args.port}/v1"
-        f"{' (API key required)' if api_key else ''}; Ctrl-C stops",
-        file=sys.stderr,
+        f"{' (API key required)' if api_key else ''}; Ctrl-C stops"
     )
     config = uvicorn_config(
         app,
@@ -122,18 +120,17 @@ def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int
         log_level="info" if args.verbose else "warning",
         timeout_graceful_shutdown=3,
     )
-    server = stopping_server(app, config)
+    server = stopping_server(app, config, on_started=lambda: print(serving, file=sys.stderr))
     # uvicorn stops gracefully on SIGTERM as on Ctrl-C, then raises the signal again: here that
     # ends run() as Ctrl-C's KeyboardInterrupt does, so the engine is closed (not killed with it)
     term = signal.signal(signal.SIGTERM, _terminated)
     try:
         with contextlib.suppress(KeyboardInterrupt, Terminated):
-            server.run(sockets=[sock])
-    except SystemExit:  # uvicorn's startup failed (it logged why)
+            server.run()
+    except SystemExit:  # uvicorn's startup failed (it logged why: the port taken since the check)
         pass
     finally:
         signal.signal(signal.SIGTERM, term)
-        sock.close()
     if not server.started:
         raise EdgespecError(f"could not serve at {bound}:{args.port} (see the line above)")
     return 0
@@ -147,13 +144,22 @@ def _terminated(sig: int, frame: object) -> None:
     raise Terminated()
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (uvicorn listens on it), or one line saying why not."""
-    from .running import bind_socket
-
+def check_free(host: str, port: int) -> None:
+    """Bind each address `host` names at `port` as uvicorn will (asyncio's create_server), then
+    let go: a port in use, an address that is not this machine's or a port that needs root is
+    one line before minutes of model loading."""
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return bind_socket(host, port)
+        found = {(i[0], i[4]) for i in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)}
+        for family, address in found:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
     except OSError as err:
-        why = "another server is there; pick another --port" if err.errno == errno.EADDRINUSE else "check --host"
+        why = {
+            errno.EADDRINUSE: "another server is there; pick another --port",
+            errno.EACCES: "ports below 1024 need root; pick another --port",
+        }.get(err.errno or 0, "check --host")
         raise EdgespecError(f"cannot serve at {where}: {err.strerror or err} ({why})") from err

@@ -215,6 +215,8 @@ class GenerationQueue:
         waiting, and whatever `make_stream` raises (EdgespecError for a bad prompt).
         """
         self.check_room()
+        if self._loop is None:  # an app whose lifespan did not run (mounted in another, lifespan off)
+            self._loop = asyncio.get_running_loop()
         job = Job(self, receive)
         self.waiting += 1
         try:

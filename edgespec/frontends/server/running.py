@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -59,17 +59,24 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def stopping_server(app: FastAPI, config: Any) -> Any:
-    """uvicorn's Server for `app`, which tells the app's queue the moment it is told to stop:
-    the generation in progress ends and says so, and waiting requests get 503, instead of
-    uvicorn cutting them off when its graceful wait runs out."""
+def stopping_server(app: FastAPI, config: Any, on_started: Callable[[], None] | None = None) -> Any:
+    """uvicorn's Server for `app`, which tells the app's queue (`create_app`'s, where `app` is
+    one) the moment it is told to stop: the generation in progress ends and says so, and
+    waiting requests get 503, instead of uvicorn cutting them off when its graceful wait runs
+    out. `on_started` runs once it listens."""
     import uvicorn
 
-    queue: GenerationQueue = app.state.queue
+    queue: GenerationQueue | None = getattr(app.state, "queue", None)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
-            queue.stop_soon()
+            if queue is not None:
+                queue.stop_soon()
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_started is not None:
+                on_started()
 
     return Server(config)
