@@ -249,7 +249,7 @@ async def test_ctrl_t_under_k_0_says_why_it_stays_plain(where: str) -> None:
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("ctrl+t")
         await pilot.pause()
-        assert any("--k 0 decodes plainly" in n.message for n in app._notifications)
+        assert any("K = 0 (--k 0, or the pair's k) decodes plainly" in n.message for n in app._notifications)
         await send(pilot, app, "t5")
         assert not app.last_stats.speculative and "spec OFF" in app.status.content.plain
 

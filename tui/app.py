@@ -345,7 +345,7 @@ class ChatApp(Commands, App[None]):
             self.notify("no draft model is loaded and lookup is off: plain decoding only", severity="warning")
             return
         if (self.options.k if self.options.k is not None else getattr(self.engine, "default_k", None)) == 0:
-            self.notify("--k 0 decodes plainly: start the chat without it to speculate", severity="warning")
+            self.notify("K = 0 (--k 0, or the pair's k) decodes plainly: start with another K", severity="warning")
             return
         self.speculative = not self.speculative
         self.status.set(speculative=self.speculative)

@@ -50,8 +50,8 @@ def on_sigterm(callback: Callable[[], None] | None) -> None:
     try:
         loop = asyncio.get_running_loop()
         if callback is None:
-            if _before and loop.remove_signal_handler(signal.SIGTERM):
-                signal.signal(signal.SIGTERM, _before.pop())
+            if loop.remove_signal_handler(signal.SIGTERM) and _before and _before[0] is not None:
+                signal.signal(signal.SIGTERM, _before.pop())  # (None: one set outside Python, now the default)
         else:
             before = signal.getsignal(signal.SIGTERM)
             loop.add_signal_handler(signal.SIGTERM, callback)

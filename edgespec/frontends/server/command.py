@@ -90,7 +90,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, engine: Engine, api_key: str | None) -> int:
-
     from .app import create_app
     from .limits import uvicorn_config
     from .running import stopping_server

@@ -22,8 +22,8 @@ from .queue import GenerationQueue
 def serve_in_thread(
     app: FastAPI, host: str = "127.0.0.1", port: int = 0, header_timeout_s: float = defaults.HEADER_TIMEOUT_S
 ) -> Iterator[str]:
-    """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL."""
-
+    """Run `app` with uvicorn in a background thread (port 0: any free port); yield its base URL.
+    Leaving the block stops it as Ctrl-C stops `edgespec serve`: a generation still running ends."""
     from .limits import uvicorn_config
 
     sock = bind_socket(host, port)
