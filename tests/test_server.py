@@ -505,6 +505,25 @@ def test_a_server_told_to_stop_ends_the_stream_in_flight_and_answers_those_waiti
         assert r.status_code == 503 and r.json() == {"status": "stopping"}
 
 
+def test_a_stream_the_server_stops_before_its_first_token_is_a_503() -> None:
+    engine = fake_engine()
+    app = create_app(engine)
+    with serve_in_thread(app) as url:
+        engine.target.gate.clear()  # its prefill waits
+        got: list[httpx.Response] = []
+        body = {"messages": [{"role": "user", "content": "t5 t6"}], "max_tokens": 50, "stream": True}
+        asker = threading.Thread(target=lambda: got.append(httpx.post(f"{url}/v1/chat/completions", json=body)))
+        asker.start()
+        deadline = time.monotonic() + 20
+        while not app.state.queue.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        app.state.queue.stop_soon()
+        engine.target.gate.set()
+        asker.join(20)
+        assert got[0].status_code == 503 and got[0].json()["error"]["code"] == "server_shutting_down"
+
+
 def test_serve_in_thread_keeps_its_old_home_and_runs_an_app_mounted_in_another() -> None:
     from fastapi import FastAPI
 

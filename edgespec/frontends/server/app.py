@@ -231,6 +231,8 @@ async def _complete(
     job = await queue.start(request.receive, lambda: engine.stream(tokens, **opts))
     try:  # errors that only the first step finds (a full context) are still a 400
         first = await job.next()
+        if first.finish_reason == "cancelled" and queue.stopping and not first.tokens:
+            raise ServerStopping()  # nothing was sent yet: a 503, not a stream that only says so
     except BaseException:
         job.close()
         raise
