@@ -61,6 +61,18 @@ class SlowModel(FakeModel):
         return super().eval(tokens, pos, logits_from)
 
 
+class GatedModel(FakeModel):
+    """A fake whose every forward pass waits for `gate`: keys land while its prefill runs."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.gate = threading.Event()
+
+    def eval(self, tokens, pos, logits_from=None):
+        self.gate.wait(10)
+        return super().eval(tokens, pos, logits_from)
+
+
 class MarkupModel(FakeModel):
     def piece(self, token: int, special: bool = False) -> bytes:
         return b"" if token < 3 and not special else b"[bold]x[/bold] \x1b[31m"
@@ -374,14 +386,9 @@ async def test_context_full_shows_in_the_chat_and_keeps_the_conversation() -> No
 
 
 async def test_a_stop_before_the_first_token_takes_no_turn() -> None:
-    gate = threading.Event()  # the target's evals wait for it: the prefill is still running at Esc
-
-    class Gated(FakeModel):
-        def eval(self, tokens, pos, logits_from=None):
-            gate.wait(10)
-            return super().eval(tokens, pos, logits_from)
-
-    engine = Engine(Gated(n_ctx=4096), FakeModel(noise=0.5, n_ctx=4096), name="gated")  # type: ignore[arg-type]
+    target = GatedModel(n_ctx=4096)
+    gate = target.gate  # the target's evals wait for it: the prefill is still running at Esc
+    engine = Engine(target, FakeModel(noise=0.5, n_ctx=4096), name="gated")  # type: ignore[arg-type]
     app = create_app(engine, options=options(max_tokens=200))
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#prompt").value = "t5 t6"
@@ -469,14 +476,8 @@ async def test_a_message_of_several_lines_handed_back_keeps_its_one_slash() -> N
 
 
 async def test_an_error_before_the_first_token_with_new_text_typed_keeps_the_message() -> None:
-    gate = threading.Event()  # the prefill waits for it: the user types while it runs
-
-    class Gated(FakeModel):
-        def eval(self, tokens, pos, logits_from=None):
-            gate.wait(10)
-            return super().eval(tokens, pos, logits_from)
-
-    target = Gated(n_ctx=4096)
+    target = GatedModel(n_ctx=4096)
+    gate = target.gate  # the prefill waits for it: the user types while it runs
     target.fail_at_eval = 0
     engine = Engine(target, FakeModel(noise=0.5, n_ctx=4096), name="gated")  # type: ignore[arg-type]
     app = create_app(engine, options=options(max_tokens=8))

@@ -70,7 +70,7 @@ def tables(engine: Engine, messages: list[dict]) -> tuple[list[int], list[tuple[
         rows = model.eval(seq[i : i + 32], len(prompt) - 1 + i, 0)
         right += [int(np.argmax(r)) for r in rows]
     good = [a == b for a, b in zip(right, ans)]
-    run, held = [0] * (len(ans) + 1), 0
+    run = [0] * (len(ans) + 1)
     for p in range(len(ans) - 1, -1, -1):
         run[p] = run[p + 1] + 1 if good[p] else 0
     index, look = LookupIndex(), []
@@ -99,7 +99,7 @@ def oracle(run: list[int], look: list[tuple[int, int]], lookup: bool, model: boo
                 drafting = (k - 1) * feed(1)
                 best_model = min(best_model, drafting + verify(k + 1) + f[t, 2 if a == k else 1])
                 if lookup and a == k and p + k < n:  # the draft's tokens all right, then lookup's
-                    n_prop, hold = look[p + k]
+                    hold = look[p + k][1]
                     if hold:
                         t2 = min(n, p + k + hold + 1)
                         best_model = min(best_model, drafting + verify(k + hold + 1) + f[t2, hold + 2])

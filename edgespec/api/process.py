@@ -74,8 +74,7 @@ class ChildProcess:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._pending: dict[int, queue.Queue[tuple]] = {}
-        self._deadlines: dict[int, float] = {}  # cancelled generations: when they must have ended
-        self._graces: dict[int, float] = {}  # the grace each was given
+        self._deadlines: dict[int, tuple[float, float]] = {}  # cancelled generations: (must have ended by, grace)
         self._heard: dict[int, float | None] = {}  # when each generation last sent something (None: nothing yet)
         self._steps: collections.deque[float] = collections.deque(maxlen=16)  # recent gaps between its messages
         self._reader = threading.Thread(target=self._read, daemon=True, name="edgespec-engine-pipe")
@@ -103,7 +102,6 @@ class ChildProcess:
         with self._lock:
             self._pending.pop(rid, None)
             self._deadlines.pop(rid, None)
-            self._graces.pop(rid, None)
             self._heard.pop(rid, None)
 
     def send(self, message: tuple) -> None:
@@ -121,7 +119,7 @@ class ChildProcess:
             if gid not in self._pending or gid in self._deadlines:
                 return
             grace = max(grace_s, SLOW_STEPS * max(self._steps, default=0.0))
-            self._deadlines[gid], self._graces[gid] = time.monotonic() + grace, grace
+            self._deadlines[gid] = (time.monotonic() + grace, grace)
         if tell:
             try:
                 self.send(("cancel", gid))
@@ -197,7 +195,7 @@ class ChildProcess:
 
     def _check_deadlines(self) -> None:
         with self._lock:
-            late = [self._graces[g] for g, t in self._deadlines.items() if t <= time.monotonic()]
+            late = [grace for t, grace in self._deadlines.values() if t <= time.monotonic()]
         if late and self.process.is_alive():
             self.kill(f"a generation did not stop within {max(late):.3g} s of being cancelled")
 

@@ -175,13 +175,17 @@ class GenerationQueue:
         self.max_waiting = max_waiting
         self.metrics = metrics
         self.waiting = 0
-        self.running = False
         self.stopping = False
         self._job: Job | None = None  # the one with the turn
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turn = asyncio.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="edgespec-generate")
         self._preparer = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="edgespec-tokenize")
+
+    @property
+    def running(self) -> bool:
+        """Whether a request has the turn (a generation runs, or is being set up or released)."""
+        return self._job is not None
 
     def bind(self) -> None:
         """Note the event loop this queue runs on (at the app's startup): `stop_soon` posts to it."""
@@ -226,8 +230,7 @@ class GenerationQueue:
             raise
         finally:
             self.waiting -= 1
-        self.running = job.has_turn = True
-        self._job = job
+        self._job, job.has_turn = job, True
         try:
             if job.gone:
                 raise ClientGone()
@@ -252,7 +255,7 @@ class GenerationQueue:
                 except RuntimeError:  # the server is stopping (the worker is shut down): the engine's close ends it
                     stream.cancel()
         finally:
-            self.running, self._job = False, None
+            self._job = None
             self._turn.release()
 
     def shutdown(self) -> None:
