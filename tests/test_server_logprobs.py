@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from edgespec.frontends.server.app import create_app
+from edgespec.core.events import TokenLogprob
 from edgespec.frontends.server.running import serve_in_thread
+from edgespec.frontends.server.schema import TextFormat
 from tests.test_server import CHAT, client, fake_engine
 
 
@@ -96,3 +98,34 @@ def test_completion_logprobs_in_the_legacy_shape(url: str) -> None:
     assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i]) for i in range(8)]
     for token, value, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         assert top[token] == value and 2 <= len(top) <= 3  # the two best, and the chosen token
+
+
+def test_legacy_logprobs_of_a_character_split_across_tokens() -> None:
+    """👋 is four bytes in three tokens: each part is its own "bytes:" key (as text they were all
+    U+FFFD, one key for five alternatives), and text_offset counts whole characters, in chunks too."""
+    pieces = {
+        10: b"\xf0\x9f",
+        11: b"\x91",
+        12: b"\x8b",
+        13: b" hello",
+        14: b"\x8e",
+        15: b"\x8c",
+        16: b" \xf0\x9f\x8e\x89",
+    }
+    fmt = TextFormat("m", lambda t: pieces[t])
+    first = fmt.logprobs(
+        [TokenLogprob(10, -0.1, ((10, -0.1), (13, -3.0))), TokenLogprob(11, -0.2, ((11, -0.2), (14, -2.0), (15, -2.5)))]
+    )
+    rest = fmt.logprobs(
+        [TokenLogprob(12, -0.3, ((12, -0.3),)), TokenLogprob(13, -0.4, ((13, -0.4),)), TokenLogprob(16, -0.5)]
+    )
+    assert first is not None and rest is not None
+    assert first["tokens"] == ["bytes:\\xf0\\x9f", "bytes:\\x91"] and rest["tokens"] == ["bytes:\\x8b", " hello", " 🎉"]
+    assert first["top_logprobs"][1] == {"bytes:\\x91": -0.2, "bytes:\\x8e": -2.0, "bytes:\\x8c": -2.5}
+    assert first["text_offset"] + rest["text_offset"] == [
+        0,
+        0,
+        0,
+        1,
+        7,
+    ]  # text "👋 hello 🎉": " hello" at 1, " 🎉" at 7

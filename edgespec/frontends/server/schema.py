@@ -13,6 +13,7 @@ arguments) with finish_reason "tool_calls". The request models are in fields.py.
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 import uuid
@@ -91,6 +92,7 @@ class Format:
         self.id = f"{self.prefix}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.offset = 0  # characters of text before the next token (completions' text_offset)
+        self._text = codecs.getincrementaldecoder("utf-8")("replace")  # the tokens' bytes so far, as text
 
     def _token(self, token: int, logprob: float) -> dict[str, Any]:
         raw = self.piece(token)
@@ -218,19 +220,30 @@ class TextFormat(Format):
     prefix = "cmpl"
 
     def logprobs(self, lps: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
-        """The legacy shape; each top_logprobs dict also holds the chosen token, as OpenAI's does."""
+        """The legacy shape; each top_logprobs dict also holds the chosen token, as OpenAI's does.
+        A token that is not whole UTF-8 on its own (a part of an emoji's bytes) is written as
+        OpenAI writes it, "bytes:\\xf0\\x9f": as text, several would be the same key. A token's
+        text_offset counts the characters completed before it (a character's later parts
+        share its first part's offset), as llama-cpp-python measures it."""
         if lps is None:
             return None
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for lp in lps:
-            chosen = self._token(lp.token, lp.logprob)
-            top = {self._token(t, v)["token"]: max(v, LOGPROB_FLOOR) for t, v in lp.top}
-            out["tokens"].append(chosen["token"])
-            out["token_logprobs"].append(chosen["logprob"])
-            out["top_logprobs"].append({**top, chosen["token"]: chosen["logprob"]})
+            chosen, raw = self._legacy(lp.token), self.piece(lp.token)
+            top = {self._legacy(t): max(v, LOGPROB_FLOOR) for t, v in lp.top}
+            out["tokens"].append(chosen)
+            out["token_logprobs"].append(max(lp.logprob, LOGPROB_FLOOR))
+            out["top_logprobs"].append({**top, chosen: max(lp.logprob, LOGPROB_FLOOR)})
             out["text_offset"].append(self.offset)
-            self.offset += len(chosen["token"])
+            self.offset += len(self._text.decode(raw))
         return out
+
+    def _legacy(self, token: int) -> str:
+        raw = self.piece(token)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
     def whole(self, text: str, event: StreamEvent, lps: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
         choice = {"index": 0, "text": text, "logprobs": self.logprobs(lps), "finish_reason": event.finish_reason}
