@@ -222,7 +222,7 @@ def test_options_a_user_gets_wrong_are_one_line(args: list[str], says: str, caps
 
 
 def test_a_prompt_that_needs_no_model_to_refuse_is_refused_before_any_load(tmp_path: Path) -> None:
-    # a prompt that is not UTF-8, or an empty raw one, was refused only after both models loaded
+    # a prompt that is not UTF-8, or an empty one, was refused only after both models loaded
     missing = str(tmp_path / "never-read.gguf")  # the model's own error would come first after a load
     p = subprocess.run(
         [*EDGESPEC, "run", "--target", missing, "--prompt", "-"], input=b"caf\xe9\n", capture_output=True, timeout=60
@@ -230,9 +230,15 @@ def test_a_prompt_that_needs_no_model_to_refuse_is_refused_before_any_load(tmp_p
     err = p.stderr.decode()
     assert_one_line_error(p.returncode, err)
     assert "the prompt is not valid UTF-8" in err
-    rc, _, err, elapsed = run_cli("run", "--target", missing, "--raw", "--prompt", "")
-    assert_one_line_error(rc, err, elapsed)
-    assert "the prompt is empty" in err
+    for raw in (["--raw"], []):  # a chat message too (it was refused only with --raw)
+        rc, _, err, elapsed = run_cli("run", "--target", missing, *raw, "--prompt", "")
+        assert_one_line_error(rc, err, elapsed)
+        assert "the prompt is empty" in err
+    p = subprocess.run(
+        [*EDGESPEC, "run", "--target", missing, "--prompt", "-"], input=b"", capture_output=True, timeout=60
+    )
+    assert_one_line_error(p.returncode, p.stderr.decode())
+    assert "the prompt is empty" in p.stderr.decode()
 
 
 def test_a_full_disk_a_closed_stderr_and_an_ascii_terminal_are_no_traceback(tmp_path: Path) -> None:
@@ -279,3 +285,9 @@ def test_inspect_exits_1_when_the_pair_is_not_compatible(tmp_path: Path) -> None
     for extra in ((), ("--json",)):  # a script could not tell from the exit code (it was 0)
         rc, out, _, _ = run_cli("inspect", str(a), str(c), *extra)
         assert rc == 1 and ("NOT compatible" in out or '"compatible": false' in out), out
+
+
+def test_the_chat_module_s_usage_is_the_command_that_runs_it() -> None:
+    # it said "python -m edgespec_tui chat [-h] ...", and that command fails ("unrecognized arguments: chat")
+    p = subprocess.run([sys.executable, "-m", "edgespec_tui", "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("usage: python -m edgespec_tui [-h]"), p.stdout[:200]

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from edgespec.frontends.options import run_command
 
     parser = argparse.ArgumentParser(prog="python -m edgespec_tui")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True)).prog = parser.prog  # no "chat" in its usage
     return run_command(parser.parse_args(["chat", *(sys.argv[1:] if argv is None else argv)]))
 
 

@@ -32,8 +32,8 @@ from .options import (
 def cmd_run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     utf8_text(prompt)  # what needs no model is refused before minutes of loading
-    if args.raw and not prompt:
-        raise EdgespecError("the prompt is empty; give it text")
+    if not prompt:  # as a chat message too: an empty question is a slip, not a request
+        raise EdgespecError("the prompt is empty; give it text (--prompt TEXT, or --prompt - to read stdin)")
     constraint = _constraint(args)  # a bad schema too
     engine = engine_from_args(args)
     shown = list(engine.warnings)
@@ -164,13 +164,13 @@ def build_parser() -> OneLineParser:
     ins = sub.add_parser("inspect", help="facts of a GGUF file, and the verdict for a target/draft pair")
     ins.add_argument("path", metavar="PATH", help="a GGUF model (the target, when a draft follows)")
     ins.add_argument("draft", nargs="?", metavar="DRAFT", help="its draft: the pair's verdict too")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument("--json", action="store_true", help="print the facts (and verdict) as one JSON object")
     ins.set_defaults(func=cmd_inspect)
 
     mod = sub.add_parser("models", help="list models.toml entries or prepare them")
     mod.add_argument("action", nargs="?", choices=["list", "prepare"], default="list", help="default: list")
     mod.add_argument("names", nargs="*", help="pairs to prepare (default: demo)")
-    mod.add_argument("--config")
+    mod.add_argument("--config", help="models.toml to read (default: search, see README)")
     mod.add_argument("--verbose", action="store_true", help="llama.cpp's log (the quantizer's reasons)")
     mod.set_defaults(func=cmd_models)
 
