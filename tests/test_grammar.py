@@ -119,3 +119,19 @@ def test_json_schemas_true_and_a_pydantic_model_class_are_schemas() -> None:
     assert g.valid_prefix(ids('{"x":3}')) == 7 and g.valid_prefix(ids('{"x":"a"}')) < 6
     anything = Grammar(tokenizer(), compile_grammar(json_schema="true"), 257)  # JSON Schema's `true`
     assert anything.valid_prefix(ids("[1]")) == 3
+
+
+def test_a_schema_whose_recursion_never_ends_is_an_error_not_an_empty_answer() -> None:
+    """llguidance's matcher goes into an error state whose mask allows only the end: the answer
+    came back as "" or '{"a":' with finish_reason "stop"."""
+    with pytest.raises(EdgespecError, match="recursion never ends"):
+        Grammar(tokenizer(), compile_grammar(json_schema={"$ref": "#"}), 257)
+    endless = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"]}
+    g = Grammar(tokenizer(), compile_grammar(json_schema=endless), 257)
+    g.extend(ids('{"a":'))
+    with pytest.raises(EdgespecError, match=r"cannot go on after 5 tokens \(NoExtensionBias\)"):
+        g.allowed()
+    ok = {"type": "object", "properties": {"a": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}, "required": ["a"]}
+    g = Grammar(tokenizer(), compile_grammar(json_schema=ok), 257)
+    g.extend(ids('{"a":{"a":null}}'))
+    assert g.allowed()[EOS]

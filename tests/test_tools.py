@@ -9,8 +9,10 @@ from test_grammar import EOS, ids, tokenizer
 
 from edgespec.core import templates
 from edgespec.core.errors import EdgespecError
+from edgespec.core.events import Stats, StreamEvent
 from edgespec.core.grammar import Grammar, compile_grammar
 from edgespec.core.tools import CallParser, ToolCall, layout_for, make_toolset, render_history
+from edgespec.frontends.server.schema import ChatFormat
 
 WEATHER = {
     "type": "function",
@@ -234,6 +236,24 @@ def test_answer_gives_content_none_and_tool_calls_when_only_calls() -> None:
     assert tools.answer("just text", "stop") == ("just text", "stop", [])
 
 
+def test_a_whole_answer_s_content_is_what_its_stream_sends() -> None:
+    """The whole answer stripped its content ("...per call:"), the stream sent it as written
+    ("...per call:\n"), so a client's text depended on whether it streamed."""
+    tools = make_toolset([WEATHER], "auto", CHATML)
+    assert tools is not None
+    answer = f"One block per call:\n{CALL}\n{CALL}\n"
+    content, _, calls = tools.answer(answer, "stop")
+    fmt = ChatFormat("m", tools=tools)
+    streamed = []
+    for i in range(0, len(answer), 5):  # the stream's events, a few characters each
+        last = i + 5 >= len(answer)
+        event = StreamEvent(answer[i : i + 5], (), (), Stats(), "stop" if last else None)
+        for chunk in fmt.chunks(event):
+            delta = chunk["choices"][0]["delta"]
+            streamed.append(delta.get("content") or "")
+    assert len(calls) == 2 and content == "".join(streamed) == "One block per call:\n"
+
+
 @pytest.mark.parametrize("choice", [{"type": "function", "function": "f"}, {"function": None}, ["get_weather"]])
 def test_malformed_tool_choice_objects_are_refused_not_crashed(choice: object) -> None:
     with pytest.raises(EdgespecError, match="tool_choice"):
@@ -301,6 +321,34 @@ def test_a_property_named_definitions_and_a_recursive_root_ref_keep_their_meanin
     assert g.valid_prefix(ids(nested_call)) < len(nested_call)
     bad = '<tool_call>\n{"name":"tree","arguments":{"lang":"de"'
     assert g.valid_prefix(ids(bad)) == bad.index("de")  # "en" or "fr" only
+
+
+def test_a_property_named_like_a_data_keyword_keeps_its_refs() -> None:
+    """A property called `examples` (or `default`, `enum`, `const`) was taken for the keyword: the
+    `$ref` inside it was left pointing at the function's own root, and the tool was refused."""
+    item = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    add = {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "$defs": {"Item": item},
+                "type": "object",
+                "properties": {
+                    "examples": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "maxItems": 2},
+                    "default": {"anyOf": [{"type": "null"}, {"$ref": "#"}]},
+                },
+                "required": ["examples", "default"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    g = grammar([add, WEATHER], "required")
+    args = '{"examples":[{"text":"a"}],"default":{"examples":[],"default":null}}'
+    call = f'<tool_call>\n{{"name":"add","arguments":{args}}}\n</tool_call>'
+    assert g.valid_prefix(ids(call)) == len(call)
+    bad = '<tool_call>\n{"name":"add","arguments":{"examples":[{"txt"'
+    assert g.valid_prefix(ids(bad)) < len(bad)
 
 
 def test_parameters_llguidance_cannot_use_are_refused_by_tools_naming_the_function() -> None:

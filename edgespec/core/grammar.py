@@ -108,6 +108,11 @@ def _reason(error: str) -> str:
     return " ".join(lines)[:300] or "invalid"
 
 
+def _state_free(error: str) -> str:
+    """A matcher's error without the parser state it dumps after it ("<state> Tokens: ...")."""
+    return _reason(error.split("<state>")[0])[:200]
+
+
 class Grammar:
     """One generation's matcher: `n` tokens consumed; `apply(row)` masks a logits row."""
 
@@ -123,12 +128,19 @@ class Grammar:
         # a step re-walks the states its drafting walked, and a mask costs a pass of the matcher
         self._seen: list[int] = []
         self._masks: dict[int, np.ndarray] = {}
+        self.allowed()  # a schema that can never finish (a $ref with no way out) fails here, before a token
 
     def allowed(self) -> np.ndarray:
         """Which token ids the grammar allows next (bool, n_vocab)."""
         mask = self._masks.get(self._real)
         if mask is None:
             bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
+            if self._m.is_error():  # else its mask allows only the end: broken JSON with finish "stop"
+                raise EdgespecError(
+                    f"the grammar cannot go on after {self._real} tokens ({_state_free(self._m.get_error())}); "
+                    "a schema whose $ref recursion never ends cannot be matched: make each recursive field "
+                    "optional or anyOf with null"
+                )
             mask = self._masks[self._real] = np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
         return mask
 
@@ -154,7 +166,7 @@ class Grammar:
                 self.n += 1
                 continue
             if not self._m.consume_token(t):
-                raise EdgespecError(f"the grammar refused token {t}: {self._m.get_error()[:200]}")
+                raise EdgespecError(f"the grammar refused token {t}: {_state_free(self._m.get_error())}")
             if self._real < len(self._seen) and self._seen[self._real] != t:
                 # another token than last time at this position: later masks are stale
                 del self._seen[self._real :]

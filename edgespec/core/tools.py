@@ -148,10 +148,17 @@ class ToolSet:
         parser = self.parser()
         pieces = [*parser.feed(text), *parser.finish()]
         calls = [p for p in pieces if isinstance(p, ToolCall)]
-        content = "".join(p for p in pieces if isinstance(p, str))
+        # as a stream sends it: the text before the first call as written, after it none that is blank
+        content = "".join(
+            p for i, p in enumerate(pieces) if isinstance(p, str) and (p.strip() or not _after_call(pieces, i))
+        )
         if calls:
-            return (content.strip() or None), called_finish(finish_reason, True), calls
+            return (content if content.strip() else None), called_finish(finish_reason, True), calls
         return content, finish_reason, []
+
+
+def _after_call(pieces: list[str | ToolCall], i: int) -> bool:
+    return any(isinstance(p, ToolCall) for p in pieces[:i])
 
 
 def called_finish(finish_reason: str, called: bool) -> str:
