@@ -248,3 +248,20 @@ def test_real_pair_greedy_output_is_plain_decodings_with_lookup_finishing_drafts
         from tests.conftest import demo_paths
 
         assert top_two_gap(str(demo_paths()[0]), prefix) < 0.05, f"diverged at token {i}"
+
+
+@pytest.mark.parametrize(("breaks_every", "taken"), [(2, False), (20, True)])
+def test_a_model_held_at_its_reach_is_weighed_by_what_it_could_reach(breaks_every: int, taken: bool) -> None:
+    """A cheap draft (a GPU's) whose K is held by how deep it has drafted (K = 9, reach 9): a copy
+    that breaks at its first token every other time was taken against the plan's K = 9, and each
+    copy ending a draft early kept the model from ever drafting deeper (the demo pair on GPU-like
+    costs: K = 7-15 beside lookup, 26-32 alone). Against K = 10, the costs' reach, it is not."""
+    ctrl = AdaptiveK()
+    for i in range(200):
+        k = (0, 2, 4, 6)[i % 4]
+        ctrl.plan(0, None)
+        ctrl.observe(StepOutcome(k, k, draft_s=0.0005 * k, verify_s=0.01 + 0.0005 * k, step_s=0.01 + 0.001 * k))
+        ctrl.lookup.record(4, 16, 0 if i % breaks_every == 0 else 16)
+    assert ctrl.best_k() == ctrl.acc.now.reach() == 9  # held by its reach, not by its costs
+    proposal = Proposal(tokens=tuple(range(3, 19)), n=4, source=10, seen=1, agree=1)
+    assert (ctrl.extension(proposal, drafted=1) > 0) == taken

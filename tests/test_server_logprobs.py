@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from edgespec.frontends.server.app import create_app
 from edgespec.core.events import TokenLogprob
+from edgespec.frontends.server.app import create_app
 from edgespec.frontends.server.running import serve_in_thread
 from edgespec.frontends.server.schema import TextFormat
 from tests.test_server import CHAT, client, fake_engine

@@ -327,23 +327,11 @@ def test_a_property_named_like_a_data_keyword_keeps_its_refs() -> None:
     """A property called `examples` (or `default`, `enum`, `const`) was taken for the keyword: the
     `$ref` inside it was left pointing at the function's own root, and the tool was refused."""
     item = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
-    add = {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {
-                "$defs": {"Item": item},
-                "type": "object",
-                "properties": {
-                    "examples": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "maxItems": 2},
-                    "default": {"anyOf": [{"type": "null"}, {"$ref": "#"}]},
-                },
-                "required": ["examples", "default"],
-                "additionalProperties": False,
-            },
-        },
-    }
-    g = grammar([add, WEATHER], "required")
+    examples = {"type": "array", "items": {"$ref": "#/$defs/Item"}, "maxItems": 2}
+    properties = {"examples": examples, "default": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}
+    parameters = {"$defs": {"Item": item}, "type": "object", "properties": properties}
+    parameters |= {"required": ["examples", "default"], "additionalProperties": False}
+    g = grammar([{"type": "function", "function": {"name": "add", "parameters": parameters}}, WEATHER], "required")
     args = '{"examples":[{"text":"a"}],"default":{"examples":[],"default":null}}'
     call = f'<tool_call>\n{{"name":"add","arguments":{args}}}\n</tool_call>'
     assert g.valid_prefix(ids(call)) == len(call)

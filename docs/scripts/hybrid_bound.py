@@ -15,15 +15,17 @@ steps over the answer, each step one of:
 An oracle picks every step knowing how far each source holds (a shortest path; the state
 is the position and how many committed tokens the draft has not seen). Two branches
 verified in one target batch (DESIGN.md's other hybrid) cannot beat it: such a step makes
-the tokens of its better branch at the cost of both. Costs are virtual_costs.py's fixed
+the tokens of its better branch at the cost of both. The `tree` column is that hybrid with
+no choice to make: every step drafts K model tokens and verifies them beside up to `cap`
+of lookup's (their shared correct prefix verified once), the best (K, cap) in hindsight. Costs are virtual_costs.py's fixed
 per-call ones (COSTS=d,s as there), so its `model` column (the adaptive model-only
 controller on the same costs) is the bar's denominator:
 
     COSTS=0.76,0.68 .venv/bin/python docs/scripts/hybrid_bound.py edit-code,rename,extract,revise
 
 Columns: tokens/s of plain decoding, the oracle over lookup alone, over the model alone,
-and over both; the share of the answer each source could supply. A scratch tool: it
-reaches into the engine as tests do.
+and over both, the fixed two-branch policy (`tree`); the share of the answer each source
+could supply. A scratch tool: it reaches into the engine as tests do.
 """
 
 from __future__ import annotations
@@ -117,16 +119,35 @@ def oracle(run: list[int], look: list[tuple[int, int]], lookup: bool, model: boo
     return n / f[0, 1]
 
 
+def tree(run: list[int], look: list[tuple[int, int]]) -> float:
+    """Tokens/s of the best fixed two-branch policy: each step K model drafts and min(proposal, cap)
+    looked-up tokens in one target batch, the step keeping its better branch."""
+    n, best = len(run), 0.0
+    for k in range(1, K_MAX + 1):
+        for cap in (0, 2, 4, 8, 16, 32):
+            p, g, t = 0, 1, 0.0
+            while p < n:
+                n_prop, hold = look[p]
+                got_m, got_l = min(run[p], k), min(hold, n_prop, cap)
+                t += feed(g) + (k - 1) * feed(1) + verify(1 + k + min(n_prop, cap) - min(got_m, got_l))
+                a = max(got_m, got_l)
+                g = a + 1 - min(got_m, k - 1)  # the draft has read its own drafts but the last
+                p = min(n, p + a + 1)
+            best = max(best, n / t)
+    return best
+
+
 def main() -> None:
     names = sys.argv[1].split(",")
     target, draft = prepare_pair(load_config(None), "demo")
     with Engine.load(target, draft, n_ctx=2048) as engine:
         data = {name: tables(engine, PROMPTS[name]) for name in names}
-    print("| prompt | plain | lookup oracle | model oracle | both, oracle | lookup holds | model holds |")
-    print("|---|---|---|---|---|---|---|")
+    print("| prompt | plain | lookup oracle | model oracle | both, oracle | tree | lookup holds | model holds |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, (run, look) in data.items():
         cells = [len(run) / (len(run) * verify(1))]
         cells += [oracle(run, look, lk, md) for lk, md in ((True, False), (False, True), (True, True))]
+        cells.append(tree(run, look))
         share_l = sum(1 for _, h in look if h) / len(look)
         share_m = sum(1 for r in run if r) / len(run)
         print(f"| {name} | " + " | ".join(f"{x:.1f}" for x in cells) + f" | {share_l:.0%} | {share_m:.0%} |")

@@ -245,11 +245,11 @@ class AdaptiveK:
 
     def extension(self, proposal: Proposal, drafted: int) -> int:
         """How many of lookup's `proposal` tokens should end a model draft of `drafted` tokens
-        (Plan.extend: asked after each model token). Looked-up tokens cost no draft time, a
-        longer verify, and (each one accepted) a later catch-up of the draft, whose fixed part
-        (StepTimes.feed_fixed, if a lag costs more than its tokens) is paid once any copied
-        token is accepted; they are taken when the step's expected tokens per second with
-        them beat the model's plan: the model drafts a change, lookup the copy after it.
+        (Plan.extend: asked after each model token). Looked-up tokens cost no draft time, a longer
+        verify, and (each one accepted) a later catch-up of the draft, its fixed part paid once any
+        is accepted; taken where the step's tokens/s with them beat the model's best up to the last K
+        the costs reach (not its plan's K, which how deep it drafted may hold: copies ending each draft
+        kept the demo model at K = 7-15 on GPU-like costs, 26-32 alone, bench-history stop 64).
         Lossless: a looked-up token is a function of the tokens before it (q one-hot)."""
         best = self.best_k()
         if best <= 0 or drafted >= best:
@@ -257,7 +257,7 @@ class AdaptiveK:
         alpha, curve, verify = self.alpha(), self.step_costs(), self.times.verify.cost
         sure = self.expected_tokens(drafted, alpha)  # tokens expected from the drafts so far
         reach = math.prod(alpha[:drafted])  # the chance they are all accepted
-        model = self.speed(best)  # the model drafts on: its plan's speed
+        model = max(self.speeds()[best:])  # the model drafts on: as fast as it could (docstring)
         # or lookup copies j tokens: no draft time, a longer verify, and each copied token
         # accepted must still be fed to the draft before it drafts again
         base = curve[drafted] - verify(drafted + 1)
