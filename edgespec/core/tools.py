@@ -148,17 +148,14 @@ class ToolSet:
         parser = self.parser()
         pieces = [*parser.feed(text), *parser.finish()]
         calls = [p for p in pieces if isinstance(p, ToolCall)]
-        # as a stream sends it: the text before the first call as written, after it none that is blank
-        content = "".join(
-            p for i, p in enumerate(pieces) if isinstance(p, str) and (p.strip() or not _after_call(pieces, i))
-        )
+        content, called = "", False  # as a stream sends it: after the first call, no blank piece
+        for p in pieces:
+            called = called or isinstance(p, ToolCall)
+            if isinstance(p, str) and (p.strip() or not called):
+                content += p
         if calls:
             return (content if content.strip() else None), called_finish(finish_reason, True), calls
         return content, finish_reason, []
-
-
-def _after_call(pieces: list[str | ToolCall], i: int) -> bool:
-    return any(isinstance(p, ToolCall) for p in pieces[:i])
 
 
 def called_finish(finish_reason: str, called: bool) -> str:
