@@ -384,3 +384,21 @@ def test_a_schema_that_only_fails_inside_the_calls_grammar_is_named_by_tools() -
         "a": {"$ref": "#/definitions/A"}}}}}  # fmt: skip
     with pytest.raises(EdgespecError, match=r"tools\[0\] \(g\): parameters"):
         make_toolset([bad], "auto", CHATML)
+
+
+@pytest.mark.parametrize("template", [CHATML, QWEN])
+def test_a_bare_json_answer_is_content_where_calls_are_blocks(template: str) -> None:
+    """In a `<tool_call>` layout only a block is a call (the grammar constrains those): a JSON answer
+    naming a function was taken as its call unchecked ('{"town": ...}' for a function that takes a
+    city), and it was held back to its end before it streamed."""
+    tools = make_toolset([WEATHER], "auto", template)
+    assert tools is not None
+    answer = '{"name": "get_weather", "arguments": {"town": "Paris"}}'
+    assert tools.answer(answer, "stop") == (answer, "stop", [])
+    fmt = ChatFormat("m", tools=tools)
+    first = fmt.chunks(StreamEvent(answer[:12], (), (), Stats()))
+    assert [c["choices"][0]["delta"].get("content") for c in first] == [answer[:12]]  # streamed as it comes
+    llama = make_toolset([WEATHER], "auto", LLAMA3)  # where bare JSON is how calls are written
+    assert llama is not None
+    content, finish, calls = llama.answer('{"name": "get_weather", "parameters": {"city": "Paris"}}', "stop")
+    assert content is None and finish == "tool_calls" and [c.name for c in calls] == ["get_weather"]

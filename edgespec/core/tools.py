@@ -15,7 +15,7 @@ the function's schema: `required` and a named function force a call; `auto`
 leaves the text free and constrains a call once the model starts one (a lazy
 trigger on `<tool_call>`). The grammar is applied to the target's and the
 draft's rows alike, so speculation stays lossless under it. `CallParser` turns
-the streamed text back into content and `ToolCall`s (also the JSON layouts of
+the streamed text back into content and `ToolCall`s (where calls are bare JSON, also
 llama.cpp's generic format: `{"tool_call": ...}`, `{"tool_calls": [...]}`).
 Pure Python: the grammar is Lark text that `grammar.compile_grammar` compiles.
 """
@@ -140,7 +140,9 @@ class ToolSet:
         )
 
     def parser(self) -> CallParser:
-        return CallParser(self.names)
+        """The answer's parser: bare JSON calls only where the template teaches them (Llama 3.x); in a
+        `<tool_call>` layout a JSON answer is content (streamed as it comes, never an unchecked call)."""
+        return CallParser(self.names, json_calls=self.layout == "llama3")
 
     def answer(self, text: str, finish_reason: str) -> tuple[str | None, str, list[ToolCall]]:
         """A whole answer's (content, finish_reason, calls) as OpenAI reports them: content None
@@ -281,11 +283,12 @@ class CallParser:
     A block or JSON answer that does not parse as a call of a known function stays
     content: nothing the model wrote is lost."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], *, json_calls: bool = True) -> None:
         self.names = frozenset(names)
         self._buf = ""
         self._in_call = False
-        self._whole: bool | None = None  # None: not known yet; True: the answer is one JSON text (buffered)
+        # None: not known yet; True: the answer is one JSON text (buffered); False: text and blocks
+        self._whole: bool | None = None if json_calls else False
         self.calls = 0
 
     def feed(self, text: str) -> list[str | ToolCall]:
