@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import llguidance
 import numpy as np
 import pytest
 
+from edgespec.api.engine import Engine
 from edgespec.core.errors import EdgespecError
 from edgespec.core.grammar import Grammar, compile_grammar
+from tests.fakes import FakeModel
 
 EOS = 256
 
@@ -129,9 +132,49 @@ def test_a_schema_whose_recursion_never_ends_is_an_error_not_an_empty_answer() -
     endless = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"]}
     g = Grammar(tokenizer(), compile_grammar(json_schema=endless), 257)
     g.extend(ids('{"a":'))
+    assert g.allowed().nonzero()[0].tolist() == [EOS]  # a draft's path: a branch the answer may not take
+    g.commit()  # the answer's own
     with pytest.raises(EdgespecError, match=r"cannot go on after 5 tokens \(NoExtensionBias\)"):
         g.allowed()
     ok = {"type": "object", "properties": {"a": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}, "required": ["a"]}
     g = Grammar(tokenizer(), compile_grammar(json_schema=ok), 257)
     g.extend(ids('{"a":{"a":null}}'))
     assert g.allowed()[EOS]
+
+
+class _Bytes(FakeModel):
+    """A model of byte tokens that writes `want` after the prompt, then the end (256)."""
+
+    def __init__(self, want: str) -> None:
+        super().__init__(257)
+        self.want, self.eos_id = want.encode(), EOS
+
+    def _row(self, ctx: Sequence[int]) -> np.ndarray:
+        n = len(ctx) - 3  # the prompt: BOS and two tokens
+        row = np.zeros(257, dtype=np.float32)
+        row[self.want[n] if n < len(self.want) else EOS] = 20.0
+        return row
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOS
+
+    def grammar_tokenizer(self) -> llguidance.LLTokenizer:
+        return tokenizer()
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return b"" if token == EOS else bytes([token])
+
+
+def test_a_draft_that_walks_into_a_dead_end_leaves_the_answer_as_plain_decoding_s() -> None:
+    """The draft writes '{"x":' where every property's schema recurses without end, the target
+    '{}'. The matcher's error outlived the rollback: '{{{{{{{{{{' (before), then an error for a
+    branch the target never took; the answer is plain decoding's."""
+    endless = {"type": "object", "additionalProperties": {"$ref": "#/additionalProperties"}}
+    out = []
+    for speculative in (False, True):
+        eng = Engine(_Bytes("{}"), _Bytes('{"x":1}'), name="f", default_k=6, lookup=False)
+        res = eng.generate(
+            "t5 t6", raw=True, temperature=0, json_schema=endless, speculative=speculative, max_tokens=10
+        )
+        out.append((res.text, res.finish_reason, res.stats.n_drafted > 0))
+    assert out == [("{}", "stop", False), ("{}", "stop", True)]

@@ -189,7 +189,7 @@ def test_the_parser_streams_text_and_holds_back_only_what_may_start_a_call() -> 
     out = feed_by_char(parser, f" then\n{CALL}\ndone")
     text = "".join(p for p in out if isinstance(p, str))
     calls = [p for p in out if isinstance(p, ToolCall)]
-    assert text == " then\n\ndone" and len(calls) == 1
+    assert text == " then\ndone" and len(calls) == 1  # the whitespace right after a call is dropped
     assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris", "unit": "c"}
     assert calls[0].id.startswith("call_") and calls[0].openai()["type"] == "function"
 
@@ -252,6 +252,13 @@ def test_a_whole_answer_s_content_is_what_its_stream_sends() -> None:
             delta = chunk["choices"][0]["delta"]
             streamed.append(delta.get("content") or "")
     assert len(calls) == 2 and content == "".join(streamed) == "One block per call:\n"
+    for events in ([CALL, "\n\n", "Done."], [CALL, "\n", "\nDone."], ["\n", CALL]):  # cut anywhere: the same
+        fmt, streamed = ChatFormat("m", tools=tools), []
+        for i, text in enumerate(events):
+            event = StreamEvent(text, (), (), Stats(), "stop" if i == len(events) - 1 else None)
+            streamed += [c["choices"][0]["delta"].get("content") or "" for c in fmt.chunks(event)]
+        whole = tools.answer("".join(events), "stop")[0]
+        assert (whole or "") == "".join(streamed) and whole in ("Done.", None)
 
 
 @pytest.mark.parametrize("choice", [{"type": "function", "function": "f"}, {"function": None}, ["get_weather"]])

@@ -43,6 +43,11 @@ class Constraints:
             self.grammar.truncate(n - self.n_prompt)
         self.n = n
 
+    def commit(self) -> None:
+        """What was pushed so far is the answer's (the grammar's dead ends there are errors)."""
+        if self.grammar is not None:
+            self.grammar.commit()
+
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of `tokens` may follow (all, without a grammar)."""
         return len(tokens) if self.grammar is None else self.grammar.valid_prefix(tokens)

@@ -208,6 +208,7 @@ class Decoder:
             if hist is not None:
                 hist.truncate(n_before)
                 hist.extend(new)
+                hist.commit()
             committed.extend(new)
             self._all_accepted = bool(drafts) and not from_lookup and not extended and a == len(drafts)
             if index is not None:

@@ -118,6 +118,7 @@ class Grammar:
 
     def __init__(self, tokenizer: Any, grammar: str, n_vocab: int) -> None:
         self._m = llguidance.LLMatcher(tokenizer, grammar)
+        self._make = lambda: llguidance.LLMatcher(tokenizer, grammar)  # a fresh one (an error outlives reset())
         self._eos = set(getattr(tokenizer, "eos_tokens", None) or [tokenizer.eos_token])
         if self._m.is_error():
             raise EdgespecError(f"the grammar cannot be used: {self._m.get_error()[:300]}")
@@ -128,6 +129,7 @@ class Grammar:
         # a step re-walks the states its drafting walked, and a mask costs a pass of the matcher
         self._seen: list[int] = []
         self._masks: dict[int, np.ndarray] = {}
+        self._committed = 0  # tokens of the answer itself (`commit`): a dead end there is an error
         self.allowed()  # a schema that can never finish (a $ref with no way out) fails here, before a token
 
     def allowed(self) -> np.ndarray:
@@ -135,13 +137,15 @@ class Grammar:
         mask = self._masks.get(self._real)
         if mask is None:
             bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
-            if self._m.is_error():  # else its mask allows only the end: broken JSON with finish "stop"
-                raise EdgespecError(
-                    f"the grammar cannot go on after {self._real} tokens ({_state_free(self._m.get_error())}); "
-                    "a schema whose $ref recursion never ends cannot be matched: make each recursive field "
-                    "optional or anyOf with null"
-                )
             mask = self._masks[self._real] = np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
+        # a dead end (its mask allows only the end: broken JSON with finish "stop") is an error on
+        # the answer's own path; on a draft's it is a branch the target may never take
+        if self._real <= self._committed and self._m.is_error():
+            raise EdgespecError(
+                f"the grammar cannot go on after {self._real} tokens ({_state_free(self._m.get_error())}); "
+                "a schema whose $ref recursion never ends cannot be matched: make each recursive field "
+                "optional or anyOf with null"
+            )
         return mask
 
     def apply(self, row: np.ndarray) -> np.ndarray:
@@ -184,7 +188,15 @@ class Grammar:
             if keep < self._real:
                 self._m.rollback(self._real - keep)
                 self._real = keep
+            if self._m.is_error():  # a draft's dead end: the matcher stays in error past a rollback
+                self._m = self._make()
+                for t in self._seen[: self._real]:
+                    self._m.consume_token(t)
             self.n = n
+
+    def commit(self) -> None:
+        """The tokens followed so far are the answer's (verified), not a draft's."""
+        self._committed = self._real
 
     @property
     def done(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 DATA = frozenset({"const", "enum", "default", "examples"})  # keywords whose values are JSON data
 # keywords whose values map names to schemas: a property may be called "examples" or "$ref"
-NAMES = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+NAMES = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
 
 
 def object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:

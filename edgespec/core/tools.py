@@ -150,13 +150,9 @@ class ToolSet:
         parser = self.parser()
         pieces = [*parser.feed(text), *parser.finish()]
         calls = [p for p in pieces if isinstance(p, ToolCall)]
-        content, called = "", False  # as a stream sends it: after the first call, no blank piece
-        for p in pieces:
-            called = called or isinstance(p, ToolCall)
-            if isinstance(p, str) and (p.strip() or not called):
-                content += p
+        content = "".join(p for p in pieces if isinstance(p, str))  # what a stream sends, in one piece
         if calls:
-            return (content if content.strip() else None), called_finish(finish_reason, True), calls
+            return (content or None), called_finish(finish_reason, True), calls
         return content, finish_reason, []
 
 
@@ -290,6 +286,7 @@ class CallParser:
         # None: not known yet; True: the answer is one JSON text (buffered); False: text and blocks
         self._whole: bool | None = None if json_calls else False
         self.calls = 0
+        self._trim = True  # at the start and after a call, blank text is dropped (the line between calls)
 
     def feed(self, text: str) -> list[str | ToolCall]:
         self._buf += text
@@ -300,16 +297,29 @@ class CallParser:
             self._whole = head.startswith("{") or head.startswith("[") or head.startswith(PYTHON_TAG)
         if self._whole:
             return []
-        return self._scan(final=False)
+        return self._tidy(self._scan(final=False))
 
     def finish(self) -> list[str | ToolCall]:
         if self._whole:
             text, self._buf = self._buf, ""
             calls = self._json_calls(text.strip().removeprefix(PYTHON_TAG))
             if calls:
-                return list(calls)
+                return self._tidy(list(calls))
             self._whole, self._buf = False, text  # JSON that is not a call: text, maybe blocks later
-        return self._scan(final=True)
+        return self._tidy(self._scan(final=True))
+
+    def _tidy(self, pieces: list[str | ToolCall]) -> list[str | ToolCall]:
+        """`pieces` without the whitespace that starts the answer or follows a call, however the
+        text came in (streamed a few characters at a time or whole, the content is the same)."""
+        out: list[str | ToolCall] = []
+        for p in pieces:
+            if isinstance(p, str) and self._trim:
+                p = p.lstrip()
+                if not p:
+                    continue
+            self._trim = isinstance(p, ToolCall)
+            out.append(p)
+        return out
 
     def _scan(self, final: bool) -> list[str | ToolCall]:
         out: list[str | ToolCall] = []

@@ -190,8 +190,6 @@ class ChatFormat(Format):
         out: list[dict[str, Any]] = []
         for piece in pieces:
             if isinstance(piece, str):
-                if self._n_calls and not piece.strip():
-                    continue  # the line between two calls (the whole answer's content is None)
                 out.append(self.chunk(piece, None))
             else:
                 out += self._call_chunks(piece)
