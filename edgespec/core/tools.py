@@ -277,7 +277,7 @@ class CallParser:
     """Streamed text in, content and calls out: `feed` returns what is certain so far
     (text that cannot be the start of a call goes out at once), `finish` the rest.
     A block or JSON answer that does not parse as a call of a known function stays
-    content: nothing the model wrote is lost."""
+    content: nothing is lost but whitespace that starts the answer or follows a call (`_tidy`)."""
 
     def __init__(self, names: Iterable[str], *, json_calls: bool = True) -> None:
         self.names = frozenset(names)
@@ -313,12 +313,10 @@ class CallParser:
         text came in (streamed a few characters at a time or whole, the content is the same)."""
         out: list[str | ToolCall] = []
         for p in pieces:
-            if isinstance(p, str) and self._trim:
-                p = p.lstrip()
-                if not p:
-                    continue
-            self._trim = isinstance(p, ToolCall)
-            out.append(p)
+            p = p.lstrip() if isinstance(p, str) and self._trim else p
+            if p:  # (a call is never empty)
+                self._trim = isinstance(p, ToolCall)
+                out.append(p)
         return out
 
     def _scan(self, final: bool) -> list[str | ToolCall]:
