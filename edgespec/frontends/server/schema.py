@@ -227,21 +227,15 @@ class TextFormat(Format):
             return None
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for lp in lps:
-            chosen, raw = self._legacy(lp.token), self.piece(lp.token)
-            top = {self._legacy(t): max(v, LOGPROB_FLOOR) for t, v in lp.top}
+            raw = self.piece(lp.token)
+            chosen = _legacy(raw)
+            top = {_legacy(self.piece(t)): max(v, LOGPROB_FLOOR) for t, v in lp.top}
             out["tokens"].append(chosen)
             out["token_logprobs"].append(max(lp.logprob, LOGPROB_FLOOR))
             out["top_logprobs"].append({**top, chosen: max(lp.logprob, LOGPROB_FLOOR)})
             out["text_offset"].append(self.offset)
             self.offset += len(self._text.decode(raw))
         return out
-
-    def _legacy(self, token: int) -> str:
-        raw = self.piece(token)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
     def whole(self, text: str, event: StreamEvent, lps: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
         choice = {"index": 0, "text": text, "logprobs": self.logprobs(lps), "finish_reason": event.finish_reason}
@@ -262,3 +256,11 @@ class TextFormat(Format):
         }
         out = {**self._head("text_completion"), "choices": [choice]}
         return {**out, **self._tail(final)} if final else out
+
+
+def _legacy(raw: bytes) -> str:
+    """A token's text in the legacy logprobs: as is, or "bytes:\\xNN..." where it is not whole UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
