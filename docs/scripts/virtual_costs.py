@@ -64,6 +64,30 @@ NOISE_SEED = int(os.environ.get("NOISE_SEED", "7"))
 DRIFT = float(os.environ.get("DRIFT", "0"))
 DRIFT_P = float(os.environ.get("DRIFT_P", "5"))
 PAIR = os.environ.get("PAIR", "demo")
+TRACE = os.environ.get("TRACE", "")  # columns whose steps are printed (`trace`)
+
+
+def trace(engine, col: str) -> None:
+    """Print each step of `col` as it is observed: source (l lookup, m model, . plain), K/accepted, +copied
+    (a model draft lookup finished), the lag fed, and the step's virtual ms with its catch-up."""
+    make = engine._controller
+
+    def controller(*args, **kwargs):
+        ctrl = make(*args, **kwargs)
+        if not getattr(ctrl, "traced", False) and hasattr(ctrl, "observe"):
+            observe = ctrl.observe
+
+            def observed(o):
+                src = "l" if o.source == "lookup" else ("m" if o.k else ".")
+                copied = f"+{o.extended}" if o.extended else ""
+                fed = f" fed{o.catch_up_n}" if o.catch_up_n else ""
+                print(f"  {col} {src}{o.k}/{o.n_accepted}{copied}{fed} {1000 * (o.step_s + o.catch_up_s):.0f}ms")
+                observe(o)
+
+            ctrl.observe, ctrl.traced = observed, True
+        return ctrl
+
+    engine._controller = controller
 
 
 def main() -> None:
@@ -103,6 +127,8 @@ def main() -> None:
             if engine._decoder.draft is not None:
                 timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000, rng)
             engines[col] = engine
+            if col in TRACE.split(","):
+                trace(engine, col)
         return engines
 
     engines = load()
