@@ -29,6 +29,10 @@ The costs of stop 39's make bench (a draft token 0.43 of a plain step, each veri
     TOKENS=128 COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py \
         k0,k1,k2,k3,k4,k5,k6,k7,k8,model code,story,explanation 0 2
 
+TRACE=hybrid,draftless prints those columns' steps as they are observed (`trace`: l a lookup
+step, m a model step, . a plain one, K/accepted, +copied where lookup finished a model draft, the
+lag fed, the step's virtual ms) and each answer's decode, draft, verify and prefill times.
+
 Each column prints the median of its repeats' tokens/s and, after "pooled", their tokens over
 their seconds. Above T = 0 each column samples its own texts, so judge a change there on the
 pooled figure over several seed sets: on code at T = 0.8 a median of 12 seeds moved 5% from
@@ -153,6 +157,10 @@ def main() -> None:
                         seed=SEED0 + r,
                     )
                     runs[col].append(res.stats.tokens_per_s)
+                    if col in TRACE.split(","):
+                        st = res.stats
+                        ms = {k: round(1000 * getattr(st, k + "_s")) for k in ("decode", "draft", "verify", "prefill")}
+                        print(f"  {col}: {st.n_generated} tokens, ms {ms}")
                     pooled[col][0] += res.stats.n_generated
                     pooled[col][1] += res.stats.decode_s
             med = {col: statistics.median(v) for col, v in runs.items()}
