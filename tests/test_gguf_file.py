@@ -9,11 +9,13 @@ import pytest
 from gguf_corpus import (
     ARRAY,
     F32,
+    INT32,
     Q2_K,
     Q4_1,
     STRING,
     UINT8,
     UINT32,
+    UINT64,
     default_tokens,
     gguf_bytes,
     gstr,
@@ -107,6 +109,17 @@ def test_gguf_v2_and_custom_alignment_are_accepted(tmp_path: Path) -> None:
     info = read_gguf(_write(tmp_path, data))
     assert info.version == 2 and info.alignment == 64
     assert info.data_offset % 64 == 0 and info.tensors[1].offset % 64 == 0
+
+
+@pytest.mark.parametrize("vtype", [UINT64, INT32])
+def test_an_alignment_llama_cpp_would_not_read_is_refused_here(tmp_path: Path, vtype: int) -> None:
+    # llama.cpp refuses any type but uint32 ("must be of type u32"), which edgespec said only as
+    # "check it is a complete GGUF model file"
+    kvs = [("general.alignment", vtype, 32), ("general.architecture", STRING, "llama")]
+    with pytest.raises(
+        ModelFileError, match=r"general.alignment is stored as u?int(64|32); llama.cpp reads only a uint32"
+    ):
+        read_gguf(_write(tmp_path, gguf_bytes(kvs, [("a", F32, (3,))])))
 
 
 def test_large_arrays_are_validated_but_not_kept(tmp_path: Path) -> None:

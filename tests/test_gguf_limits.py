@@ -9,22 +9,26 @@ from pathlib import Path
 import pytest
 from gguf_corpus import (
     ARRAY,
+    BOOL,
     F32,
     FLOAT32,
     I32,
+    INT32,
     Q8_0,
     STRING,
     UINT32,
     default_tokens,
     gguf_bytes,
+    gstr,
     small_model,
     tokenizer_kvs,
+    u32,
     u64,
 )
 
 from edgespec.core.errors import ModelFileError
 from edgespec.llama.gguf_file import describe, read_gguf
-from edgespec.llama.gguf_limits import MAX_LAYERS
+from edgespec.llama.gguf_limits import MAX_LAYERS, _rwkv_unescape
 
 SPM_BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
@@ -169,3 +173,70 @@ def test_tensor_data_must_start_on_32_bytes_whatever_alignment_the_file_declares
             assert "not a multiple of 32" in str(err)
             seen.add("refused")
     assert seen == {"read", "refused"}  # 32-aligned starts are fine, the others are refused
+
+
+def _vocab_of(etype: int, values: list) -> bytes:
+    """A small llama model whose tokenizer.ggml.tokens is an array of `etype`."""
+    kvs = [
+        ("general.architecture", STRING, "llama"),
+        ("llama.block_count", UINT32, 2),
+        ("llama.context_length", UINT32, 2048),
+        ("llama.embedding_length", UINT32, 64),
+        ("llama.attention.head_count", UINT32, 4),
+    ]
+    vocab = [(k, t, (etype, values) if k == "tokenizer.ggml.tokens" else v) for k, t, v in tokenizer_kvs(["a"])]
+    return gguf_bytes(kvs + vocab, [("token_embd.weight", F32, (64, 4))])
+
+
+@pytest.mark.parametrize(("etype", "values"), [(UINT32, list(range(300))), (BOOL, [True] * 300)])
+def test_a_vocabulary_that_is_not_strings_is_refused_in_one_line(tmp_path: Path, etype: int, values: list) -> None:
+    # (the reader's own check took its elements for strings: AttributeError in run, inspect, models list)
+    with pytest.raises(ModelFileError, match=r"tokenizer.ggml.tokens is not an array of strings"):
+        _read(tmp_path, _vocab_of(etype, values))
+
+
+RWKV_BYTES = [f"\\x{b:02x}" for b in range(256)]  # every byte alone, escaped as RWKV's vocabulary is
+
+
+@pytest.mark.parametrize(
+    ("tokens", "says"),
+    [
+        # C3 BF ("ÿ") made llama.cpp's RWKV tokenizer append token 0 for ever: no token on its path
+        (["\\xc3\\xbf", "a"], "no token for byte 0xC3 alone, which token 0 starts with"),
+        ([*RWKV_BYTES[:0x41], *RWKV_BYTES[0x42:], "AB"], "no token for byte 0x41 alone"),
+    ],
+)
+def test_an_rwkv_vocabulary_whose_tokenizer_would_never_end_is_refused(tmp_path: Path, tokens: list, says: str) -> None:
+    data = small_model(tokens=tokens, tokenizer={"model": "rwkv"})
+    with pytest.raises(ModelFileError, match=says):
+        _read(tmp_path, data)
+
+
+def test_an_rwkv_vocabulary_with_every_byte_is_read(tmp_path: Path) -> None:
+    tokens = [*RWKV_BYTES, "\\xc3\\xbf", "hello", "\\\\n", "\\t\\t"]
+    assert _read(tmp_path, small_model(tokens=tokens, tokenizer={"model": "rwkv"}))
+
+
+@pytest.mark.parametrize(
+    ("escaped", "raw"),
+    [
+        (b"abc", b"abc"),
+        (b"\\t\\n\\r", b"\t\n\r"),
+        (b"\\x41\\xff", b"A\xff"),
+        (b"\\\\", b"\\"),
+        (b"\\q", b"q"),  # any other escaped character stands for itself
+        (b"\\xZZ", bytes([((ord("Z") - 48) * 16 + ord("Z") - 48) & 0xFF])),  # no check of the digits, as there
+        (b"\\x\xc3\xbf", bytes([((0xC3 - 48) * 16 + 0xBF - 48) & 0xFF])),  # a byte past 0x7F is a negative char
+    ],
+)
+def test_rwkv_tokens_unescape_as_llama_cpp_reads_them(escaped: bytes, raw: bytes) -> None:
+    assert _rwkv_unescape(escaped) == raw
+
+
+def test_a_negative_context_length_is_named_as_the_files(tmp_path: Path) -> None:
+    data = small_model().replace(
+        gstr("llama.context_length") + u32(UINT32) + u32(2048),
+        gstr("llama.context_length") + u32(INT32) + u32(2**32 - 5),
+    )
+    with pytest.raises(ModelFileError, match=r"llama.context_length is -5, not a number of tokens"):
+        _read(tmp_path, data)

@@ -62,3 +62,39 @@ def test_the_log_hears_a_verdict_once_not_at_every_request(caplog: pytest.LogCap
     assert len(set(texts)) > 1  # the figures in the verdict moved from request to request
     logged = [r.getMessage() for r in caplog.records if "accepts" in r.getMessage()]
     assert len(logged) == 1 and logged[0].startswith("confirmed")
+
+
+LOW_UNWARNED = QuantReport("Q4_1", "Q2_K", 5.7, 5.1, "f16", (), low_bit=True)  # no bits-per-weight gap to see
+
+
+def test_a_low_bit_draft_the_headers_did_not_warn_of_is_reported_when_it_is_seldom_accepted() -> None:
+    # a Q2_K draft under a Q4_1 target accepted 36% and nothing said so
+    v = live_quantization_verdict(LOW_UNWARNED, 196, 70)
+    assert v is not None and v.confirmed and v.message.startswith("the Q2_K draft accepts only 36%")
+    assert live_quantization_verdict(LOW_UNWARNED, 196, 180) is None  # nothing was said: nothing to retract
+
+
+def test_the_report_of_a_low_bit_draft_goes_when_its_acceptance_recovers() -> None:
+    from types import SimpleNamespace
+
+    from edgespec.api.live import LiveWarning
+
+    live = LiveWarning(LOW_UNWARNED)
+    warnings = live.update(SimpleNamespace(n_drafted=100, n_accepted=30), ["other"])
+    assert warnings[0] == "other" and "accepts only 30%" in warnings[1]
+    assert live.update(SimpleNamespace(n_drafted=900, n_accepted=880), warnings) == ["other"]
+
+
+def test_the_static_report_marks_low_bit_drafts(tmp_path) -> None:
+    from gguf_corpus import Q2_K, Q4_1, small_model
+
+    from edgespec.llama.gguf_file import read_gguf
+    from edgespec.llama.pair import quantization_report
+
+    infos = []
+    for name, ttype, ftype in (("t", Q4_1, 3), ("d", Q2_K, 10)):
+        path = tmp_path / f"{name}.gguf"
+        path.write_bytes(small_model(ttype=ttype, file_type=ftype))
+        infos.append(read_gguf(path))
+    assert quantization_report(infos[1], infos[0]).low_bit is False
+    assert quantization_report(infos[0], infos[1]).low_bit is True

@@ -65,3 +65,21 @@ def test_a_prompt_over_the_templates_limit_is_called_too_long_not_the_templates_
     with pytest.raises(ContextFullError, match="the prompt is 1200 characters.*shorten it"):
         prompts.tokenize([{"role": "user", "content": "t5 " * 200}, {"role": "user", "content": "t6 " * 200}])
     assert prompts.chat_text([{"role": "user", "content": "t5 " * 300}])  # under it: rendered
+
+
+def test_a_template_the_header_holds_as_another_type_is_no_template() -> None:
+    # llama.cpp hands a u32 template over as the text "5", which replaced every prompt with "5"
+    from edgespec import Engine
+    from edgespec.core.info import EngineInfo
+    from tests.fakes import FakeModel
+
+    class NumberTemplate(FakeModel):
+        def chat_template(self) -> str | None:
+            return "5"
+
+    info = EngineInfo(target={"chat_template": False})  # the header's own reading: no text template
+    engine = Engine(NumberTemplate(), FakeModel(noise=0.5), name="fake", info=info)  # type: ignore[arg-type]
+    assert any("no chat template" in w for w in engine.warnings)
+    assert engine.chat_text([{"role": "user", "content": "hi"}]) != "5"
+    trusted = Engine(NumberTemplate(), FakeModel(noise=0.5), name="fake")  # type: ignore[arg-type]
+    assert trusted.chat_text([{"role": "user", "content": "hi"}]) == "5"  # no header read: the model's word

@@ -89,7 +89,8 @@ class Engine:
         # acceptance depends on the temperature (one controller each, the most recent few kept)
         self._step_times = StepTimes()
         self._adaptive: OrderedDict[float, AdaptiveK] = OrderedDict()
-        template = target.chat_template()
+        # llama.cpp prints a template of another type as text ("5"): the header's own type decides
+        template = target.chat_template() if (info is None or info.target.get("chat_template", True)) else None
         if template is None:
             self.warnings.append("the target has no chat template; using a plain ChatML layout (or pass --raw)")
         self._prompts = Prompts(target, template or templates.FALLBACK_TEMPLATE)

@@ -22,7 +22,7 @@ from typing import Any
 from ..core.errors import ModelFileError
 from .ggml_types import GGML_TYPES
 from .gguf_info import TOKENS_KEY, GGUFInfo, SkippedArray, TensorInfo, describe
-from .gguf_limits import limits_problem
+from .gguf_limits import limits_problem, reading_problem
 
 __all__ = ["GGUFInfo", "SkippedArray", "TensorInfo", "describe", "read_gguf"]
 
@@ -47,7 +47,7 @@ KEEP_ARRAY_MAX = 4096  # numeric/string arrays up to this size are kept in metad
 
 # fmt: off
 # GGUF value types: id -> (name, struct format; None for string and array).
-_STRING, _ARRAY = 8, 9
+_UINT32, _STRING, _ARRAY = 4, 8, 9
 VALUE_TYPES: dict[int, tuple[str, str | None]] = {
     0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
     4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<?"),
@@ -144,6 +144,9 @@ def _parse(cur: _Cursor, size: int) -> GGUFInfo:
     data_offset = _pad(cur.pos, alignment) if n_tensors else cur.pos
     tensors = _place_tensors(path, raw, data_offset, alignment, size)
     info = GGUFInfo(path, size, version, alignment, data_offset, metadata, tensors)
+    problem = reading_problem(info)  # what llama.cpp refuses, but edgespec's checks would misread first
+    if problem:
+        raise _bad(path, problem)
     problem = limits_problem(info)  # what llama.cpp would assert (abort the process) on rather than refuse
     if problem:
         raise _bad(path, f"{problem}, which would abort llama.cpp")
@@ -182,6 +185,9 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
         if "\0" in key:  # llama.cpp reads a key up to its NUL: it would shadow the key before it
             raise _bad(cur.path, f"metadata key {_clean(key)} holds a NUL byte")
         vtype = cur.u32(f"the type of {_clean(key)}")
+        if key == "general.alignment" and vtype != _UINT32:  # llama.cpp's loader reads it as u32 or refuses
+            name = VALUE_TYPES.get(vtype, ("an unknown type",))[0]
+            raise _bad(cur.path, f"general.alignment is stored as {name}; llama.cpp reads only a uint32")
         metadata[key] = _read_value(cur, key, vtype)
     return metadata
 

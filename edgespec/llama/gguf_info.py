@@ -102,8 +102,9 @@ class GGUFInfo:
 
     @property
     def tokens(self) -> list[str] | None:
+        """The vocabulary, or None (absent, too long to keep, or not an array of strings)."""
         value = self.metadata.get(TOKENS_KEY)
-        return value if isinstance(value, list) else None
+        return value if isinstance(value, list) and all(isinstance(w, str) for w in value) else None
 
     @property
     def vocab_size(self) -> int | None:

@@ -8,15 +8,16 @@ crafted or corrupt file is one ModelFileError line before native code reads it. 
 rule here was found aborting the process by fuzzing a small valid model's metadata
 (docs/bench-history.md, stops 58 and 60). Left out: a per-layer head count of 0 (one of
 llama's layers without attention heads aborts it, but hybrid architectures have such
-layers by design). Values of the wrong type are left alone: llama.cpp
-refuses those cleanly. Pure: no llama_cpp.
+layers by design). Values of the wrong type are left alone, as llama.cpp refuses those
+cleanly, except where edgespec's own reading would go wrong first (`reading_problem`).
+Pure: no llama_cpp.
 """
 
 from __future__ import annotations
 
 import math
 
-from .gguf_info import GGUFInfo
+from .gguf_info import TOKENS_KEY, GGUFInfo
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS (src/llama-hparams.h)
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS
@@ -30,6 +31,19 @@ NO_TOKENIZER = ("none", "no_vocab")  # llama.cpp loads such a model and aborts a
 def limits_problem(info: GGUFInfo) -> str | None:
     """What in this header llama.cpp would abort on, in a few words, or None."""
     return _hparams_problem(info) or _vocab_problem(info)
+
+
+def reading_problem(info: GGUFInfo) -> str | None:
+    """What in this header llama.cpp refuses but edgespec would misread first, or None: a
+    vocabulary that is not strings (the checks below take it for one), a negative context
+    length (taken for the user's own n_ctx: "n_ctx must be a positive number ..., got -5")."""
+    raw = info.metadata.get(TOKENS_KEY)
+    if isinstance(raw, list) and not all(isinstance(w, str) for w in raw):
+        return f"{TOKENS_KEY} is not an array of strings"
+    context = info.arch_int("context_length")
+    if context is not None and context < 0:
+        return f"{info.architecture}.context_length is {context}, not a number of tokens"
+    return None
 
 
 def _hparams_problem(info: GGUFInfo) -> str | None:
@@ -85,7 +99,53 @@ def _vocab_problem(info: GGUFInfo) -> str | None:
         for byte in range(256):
             if f"<0x{byte:02X}>" not in seen and _byte_text(byte) not in seen:
                 return f"its SentencePiece vocabulary has no token for byte 0x{byte:02X} (<0x{byte:02X}>)"
+    if info.vocab_type == "rwkv":
+        return _rwkv_problem(tokens)
     return None
+
+
+def _rwkv_problem(tokens: list[str]) -> str | None:
+    """llama.cpp's RWKV tokenizer (`llm_tokenizer_rwkv_session`) takes the longest token on the
+    trie path of the text's next bytes; where the path holds no token it goes back to the
+    text's start and appends token 0 for ever (memory without bound, then an abort). A byte
+    that starts a token must be a token of its own for every path to hold one."""
+    alone: set[int] = set()
+    starts: dict[int, int] = {}
+    for i, word in enumerate(tokens):
+        text = _rwkv_unescape(word.split("\0", 1)[0].encode("utf-8", "surrogateescape"))
+        if len(text) == 1:
+            alone.add(text[0])
+        if text:
+            starts.setdefault(text[0], i)
+    for byte, i in sorted(starts.items()):
+        if byte not in alone:
+            return f"its RWKV vocabulary has no token for byte 0x{byte:02X} alone, which token {i} starts with"
+    return None
+
+
+def _rwkv_unescape(text: bytes) -> bytes:
+    """A token's bytes as llama.cpp's `llama_unescape_rwkv_token` makes them (\\t, \\n, \\r,
+    \\xHH, \\c for c; its hex digits read as a signed char would be, without checks)."""
+    out, escaping, hex_left, acc = bytearray(), False, 0, 0
+    for c in text:
+        if hex_left:
+            digit = c - 87 if 97 <= c < 128 else c - 48  # (c >= 'a') on a signed char
+            acc = ((acc << 4) + (digit & 0xFF)) & 0xFF
+            hex_left -= 1
+            if not hex_left:
+                out.append(acc)
+                acc = 0
+        elif escaping:
+            escaping = False
+            if c == 0x78:  # x
+                hex_left = 2
+            else:
+                out.append({0x74: 9, 0x6E: 10, 0x72: 13}.get(c, c))  # \t \n \r, else the character
+        elif c == 0x5C:  # a backslash
+            escaping = True
+        else:
+            out.append(c)
+    return bytes(out)
 
 
 def _byte_text(byte: int) -> str:

@@ -92,6 +92,7 @@ class QuantReport:
     draft_bpw: float
     draft_kv_type: str
     warnings: tuple[str, ...]
+    low_bit: bool = False  # the draft's bit width or label is a low one, whatever the target's
 
 
 def quantization_report(target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16") -> QuantReport:
@@ -111,7 +112,7 @@ def quantization_report(target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = 
         )
     if kv in LOW_BIT_KV_TYPES:
         warnings.append(f"a {kv} draft KV cache lowers acceptance; use an f16 or q8_0 draft KV cache")
-    return QuantReport(t_q, d_q, t_bpw, d_bpw, kv, tuple(warnings))
+    return QuantReport(t_q, d_q, t_bpw, d_bpw, kv, tuple(warnings), low_bit)
 
 
 def quantization_warnings(target: GGUFInfo, draft: GGUFInfo, draft_kv_type: str = "f16") -> list[str]:
@@ -252,15 +253,22 @@ LIVE_LOW_ACCEPTANCE = 0.8  # same-model drafts at Q4 and up measure 0.9-0.99 (do
 def live_quantization_verdict(report: QuantReport, n_drafted: int, n_accepted: int) -> LiveVerdict | None:
     """Confirm or retract the static asymmetry warning from measured acceptance.
 
-    None until enough draft tokens were seen, and for pairs without an asymmetry warning.
+    None until enough draft tokens were seen, and for pairs without an asymmetry warning,
+    except that a low-bit draft (Q2_K, Q3_K, ...) whose drafts are seldom accepted is
+    reported whatever the headers said: its file's bits per weight may not show a gap (a
+    small model's embedding weighs most of it, and llama.cpp quantizes rows K-quants cannot
+    hold to other types), so a Q2_K draft under a Q4_1 target went unreported at 36%.
     """
-    if not report.warnings or n_drafted < LIVE_MIN_DRAFTED:
+    if not (report.warnings or report.low_bit) or n_drafted < LIVE_MIN_DRAFTED:
         return None
     rate = n_accepted / n_drafted
+    if not report.warnings and rate >= LIVE_LOW_ACCEPTANCE:
+        return None  # nothing was said: nothing to retract
     if rate < LIVE_LOW_ACCEPTANCE:
+        said = "confirmed: " if report.warnings else ""
         return LiveVerdict(
             True,
-            f"confirmed: the {report.draft_quant} draft accepts only {100 * rate:.0f}% of {n_drafted} draft "
+            f"{said}the {report.draft_quant} draft accepts only {100 * rate:.0f}% of {n_drafted} draft "
             f"tokens under the {report.target_quant} target; use a higher-bit draft of the same model "
             "(Q8_0 or Q4_K_M) for more speed",
         )
