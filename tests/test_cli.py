@@ -179,6 +179,20 @@ def test_a_context_below_llama_cpps_least_is_said() -> None:
 
 
 @pytest.mark.real
+def test_a_context_past_the_models_is_said_once_with_what_it_holds() -> None:
+    from edgespec import Engine
+
+    paths = demo_paths()
+    if paths is None:
+        pytest.skip("demo pair not prepared")
+    with Engine.load(paths[0], n_ctx=16384, threads=1) as eng:  # the demo model was trained for 8192
+        said = [w for w in eng.warnings if "n_ctx" in w]
+        assert eng.n_ctx == 8192 and said == [
+            "n_ctx 16384 is more than smollm2-135m-f32.gguf was trained for; the context holds 8192"
+        ]
+
+
+@pytest.mark.real
 def test_run_json_prints_one_object_with_stats() -> None:
     if demo_paths() is None:
         pytest.skip("demo pair not prepared")

@@ -206,3 +206,18 @@ def test_demo_model_is_compatible_with_itself(demo_draft: Path) -> None:
     est = memory_preflight(info, info, n_ctx=2048, available_bytes=64 * GIB)
     # SmolLM2-135M: 30 layers, 3 KV heads of 64 -> 23,040 bytes of f16 KV per token
     assert est.target_kv == 30 * 2048 * 3 * 64 * 2 * 2
+
+
+def test_a_load_says_what_inspect_notes_about_a_pair(tmp_path: Path) -> None:
+    # EOS ids and architectures that differ were shown by `edgespec inspect` only: a draft of
+    # another family ran at 0% acceptance with no word to the user
+    from edgespec.llama.loading import pair_notes
+
+    paths = []
+    for name, eos in (("t", 2), ("d", 1)):
+        path = tmp_path / f"{name}.gguf"
+        path.write_bytes(small_model(tokenizer={"eos": eos}))
+        paths.append(read_gguf(path))
+    quant, verdict, warnings = pair_notes(*paths)
+    assert verdict.compatible and any("EOS ids differ" in w for w in warnings)
+    assert warnings == [*quant.warnings, *verdict.warnings]  # each once, the quantization ones first

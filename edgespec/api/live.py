@@ -32,8 +32,8 @@ class LiveWarning:
         self.accepted += stats.n_accepted
         verdict = live_quantization_verdict(self.report, self.drafted, self.accepted)
         if verdict is None and self.verdict is not None:  # a low-bit draft's that the headers never warned of
-            old, self.verdict = self.verdict.message, None
-            return [w for w in warnings if w != old]
+            gone, self.verdict = self.verdict.message, None
+            return [w for w in warnings if w != gone]
         if verdict is None or verdict == self.verdict:
             return warnings
         turned = self.verdict is None or verdict.confirmed != self.verdict.confirmed

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import defaults
 from ..core.errors import ConfigError, require_integer
-from ..core.info import EngineInfo, GpuOffload
+from ..core.info import EngineInfo, GpuOffload, PairVerdict
 from .config import MIN_N_CTX, check_threads, load_config
 from .gguf_file import describe, read_gguf
+from .gguf_info import GGUFInfo
 from .pair import (
     QuantReport,
     check_tokenizers,
@@ -84,16 +85,25 @@ def _rpc_in_use() -> set[str]:
     return {e for model, endpoints in list(_rpc_models.items()) if model.loaded for e in endpoints}
 
 
+def pair_notes(t_info: GGUFInfo, d_info: GGUFInfo) -> tuple[QuantReport, PairVerdict, list[str]]:
+    """Refuse a draft whose vocabulary cannot stand in for the target's; else the pair's static
+    quantization report, `edgespec inspect`'s verdict and the warnings a load gives: the report's
+    and the verdict's notes (EOS ids, architectures: a draft of another family ran at 0% unsaid)."""
+    check_tokenizers(t_info, d_info)
+    quant = quantization_report(t_info, d_info)
+    verdict = pair_verdict(t_info, d_info)
+    return quant, verdict, [*quant.warnings, *(w for w in verdict.warnings if w not in quant.warnings)]
+
+
 def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions) -> LoadedPair:
     o = options
     t_info = read_gguf(target)
     d_info = read_gguf(draft) if draft is not None else None
     warnings: list[str] = []
     quant = None
+    verdict = None
     if d_info is not None:
-        check_tokenizers(t_info, d_info)
-        quant = quantization_report(t_info, d_info)
-        warnings += quant.warnings
+        quant, verdict, warnings = pair_notes(t_info, d_info)
     draft_layers = o.n_gpu_layers if o.draft_n_gpu_layers is None else o.draft_n_gpu_layers
     # over RPC every target layer goes to the servers unless n_gpu_layers says how many
     t_layers = o.n_gpu_layers or (ALL_LAYERS if o.rpc else 0)
@@ -101,8 +111,6 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
         draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
         check_reachable(o.rpc, known=_rpc_in_use())
     n_ctx = min(o.n_ctx, t_info.context_length or o.n_ctx)  # llama.cpp makes no larger a context
-    if n_ctx < o.n_ctx != defaults.N_CTX:  # (a model trained for less gets its own without a word)
-        warnings.append(f"n_ctx {o.n_ctx} is more than {t_info.path.name} was trained for; the context holds {n_ctx}")
     memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
 
     from . import backend  # native code only after every check passed
@@ -128,12 +136,18 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     except BaseException:
         t_model.close()
         raise
-    if t_model.n_ctx > n_ctx:  # llama.cpp's least context (256 here) is more than was asked for
+    # one word on the context made, if it is not the one asked for (a model trained for less gets
+    # its own without a word where n_ctx was not set; llama.cpp's least, 256 here, may be more)
+    if t_model.n_ctx < o.n_ctx != defaults.N_CTX:
+        warnings.append(
+            f"n_ctx {o.n_ctx} is more than {t_info.path.name} was trained for; the context holds {t_model.n_ctx}"
+        )
+    elif t_model.n_ctx > o.n_ctx:
         warnings.append(f"n_ctx {o.n_ctx} is below what llama.cpp makes; the context holds {t_model.n_ctx}")
     info = EngineInfo(
         target=describe(t_info),
         draft=describe(d_info) if d_info is not None else None,
-        pair=pair_verdict(t_info, d_info) if d_info is not None else None,
+        pair=verdict,
         gpu=GpuOffload(
             supported=backend.supports_gpu_offload(),
             target_layers=t_model.n_gpu_layers,
