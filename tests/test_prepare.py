@@ -139,3 +139,15 @@ def test_a_wheel_that_cannot_be_fetched_is_one_line_where_stderr_is_not_a_file(
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # no network needed: pip fails the same way, at once
     with pytest.raises(ConfigError, match=r"could not fetch edgespec-no-such-package-xyz==0\.0\.1 \(.*[a-z]"):
         prepare(cfg, "w", progress=lambda _: None)
+
+
+def test_making_a_model_into_a_log_writes_one_line(tmp_path, monkeypatch) -> None:
+    # the quantizer's clock was redrawn with \r every half second, which a log runs together on one line
+    import time
+
+    from edgespec.llama import backend, models
+
+    monkeypatch.setattr(backend, "quantize", lambda src, out, qtype: time.sleep(1.2))
+    said: list[str] = []
+    models._derive(tmp_path / "a.gguf", tmp_path / "b.gguf", "Q8_0", "b", said.append)  # stderr: not a terminal
+    assert "".join(said) == "making b (Q8_0) with llama.cpp's quantizer ... done in 1s\n"

@@ -209,14 +209,20 @@ def _derive(src: Path, out: Path, qtype: str, name: str, progress: Progress) -> 
         while not stop.wait(0.5):
             progress(f"\r{label} ... {time.monotonic() - t0:4.0f}s")
 
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
+    # a clock redrawn on a terminal; into a log, the label once (redraws ran together on one line there)
+    ticker = threading.Thread(target=tick, daemon=True) if sys.stderr.isatty() else None
+    if ticker is not None:
+        ticker.start()
+    else:
+        progress(f"{label} ...")
     try:
         backend.quantize(src, out, qtype)
     finally:
         stop.set()
-        ticker.join()
-    progress(f"\r{label} ... done in {time.monotonic() - t0:.0f}s\n")
+        if ticker is not None:
+            ticker.join()
+    redraw = f"\r{label} ..." if ticker is not None else ""
+    progress(f"{redraw} done in {time.monotonic() - t0:.0f}s\n")
 
 
 def _bar(label: str, done: int, total: int, width: int = 30) -> str:
