@@ -83,7 +83,7 @@ def test_a_home_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch: 
 def test_a_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
     (tmp_path / "models.toml").write_text(f'[models.d]\npath = "{tmp_path}"\n')
     cfg = load_config(tmp_path / "models.toml")
-    assert state(cfg, cfg.model("d")) == "missing"
+    assert state(cfg, cfg.model("d")) == "a folder"  # (it said "missing" while prepare said "is a folder")
     with pytest.raises(ModelFileError, match="is a folder"):
         prepare(cfg, "d")
 
@@ -151,3 +151,19 @@ def test_making_a_model_into_a_log_writes_one_line(tmp_path, monkeypatch) -> Non
     said: list[str] = []
     models._derive(tmp_path / "a.gguf", tmp_path / "b.gguf", "Q8_0", "b", said.append)  # stderr: not a terminal
     assert "".join(said) == "making b (Q8_0) with llama.cpp's quantizer ... done in 1s\n"
+
+
+def test_a_pair_whose_vocabularies_differ_is_listed_mismatched_not_ready(tmp_path: Path) -> None:
+    from gguf_corpus import default_tokens
+
+    from edgespec.llama.models import pair_state
+
+    for name, n in (("t", 300), ("t2", 300), ("d", 1000)):
+        (tmp_path / f"{name}.gguf").write_bytes(small_model(tokens=default_tokens(n)))
+    (tmp_path / "models.toml").write_text(
+        "".join(f'[models.{m}]\npath = "{tmp_path / m}.gguf"\n' for m in ("t", "t2", "d"))
+        + '[pairs.bad]\ntarget = "t"\ndraft = "d"\n[pairs.good]\ntarget = "t"\ndraft = "t2"\n'
+        + '[pairs.alone]\ntarget = "t"\ndraft = "lookup"\n'
+    )
+    cfg = load_config(tmp_path / "models.toml")
+    assert [pair_state(cfg, p) for p in ("bad", "good", "alone")] == ["mismatched", "ready", "ready"]

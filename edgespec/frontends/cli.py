@@ -121,7 +121,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from edgespec.llama.config import load_config
-    from edgespec.llama.models import prepare_pair, state
+    from edgespec.llama.models import pair_state, prepare_pair, state
 
     setup_logging(args.verbose)
     cfg = load_config(args.config)
@@ -137,8 +137,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         src = str(m.path) if m.path else m.wheel or f"{m.derive} -> {m.quantize}"
         print(f"model {m.name:22} {state(cfg, m):13} {src}")
     for p in cfg.pairs.values():
-        states = {state(cfg, cfg.model(n)) for n in (p.target, p.draft) if n is not None}
-        shown = next((s for s in ("missing", "unusable", "not prepared", "changed") if s in states), "ready")
+        shown = pair_state(cfg, p.name)
         print(
             f"pair  {p.name:22} {shown:13} {p.target} + {p.draft or 'prompt lookup'}"
             f" (k={'auto' if p.k is None else p.k})"

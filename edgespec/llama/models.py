@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..core.errors import ConfigError, ModelFileError
+from ..core.errors import ConfigError, ModelFileError, PairError
 from .config import Config, ModelEntry
 from .gguf_file import read_gguf
 
@@ -35,11 +35,11 @@ def _stderr(msg: str) -> None:
 
 def state(config: Config, entry: ModelEntry) -> str:
     """ "ready", "not prepared", "changed" (made from the entry as it read before; `prepare` makes
-    it again) or, for a user's own file, "ready", "missing" or "unusable" (not a whole GGUF file:
-    its header and tensor table are read, as a load would)."""
+    it again) or, for a user's own file, "ready", "missing", "a folder" or "unusable" (not a whole
+    GGUF file: its header and tensor table are read, as a load would)."""
     if entry.path is not None:
         if not entry.path.is_file():
-            return "missing"
+            return "a folder" if entry.path.is_dir() else "missing"
         try:
             read_gguf(entry.path)
         except ModelFileError:
@@ -54,6 +54,26 @@ def state(config: Config, entry: ModelEntry) -> str:
         return "changed"
     have = _read_recipe(entry.location())
     return "ready" if have is None or have == _recipe(entry, src.location() if src is not None else None) else "changed"
+
+
+PAIR_NOT_READY = ("missing", "a folder", "unusable", "not prepared", "changed")  # most telling first
+
+
+def pair_state(config: Config, name: str) -> str:
+    """A pair's state for `models list`: its models' least ready one, or, both ready, "mismatched"
+    where the draft's vocabulary cannot stand in for the target's (a load refuses it)."""
+    pair = config.pair(name)
+    entries = [config.model(n) for n in (pair.target, pair.draft) if n is not None]
+    states = {state(config, e) for e in entries}
+    shown = next((s for s in PAIR_NOT_READY if s in states), "ready")
+    if shown == "ready" and len(entries) == 2:
+        from .pair import check_tokenizers
+
+        try:
+            check_tokenizers(*(read_gguf(e.path or e.location()) for e in entries))
+        except (PairError, ModelFileError):
+            return "mismatched"
+    return shown
 
 
 def prepare(config: Config, name: str, progress: Progress = _stderr) -> Path:
