@@ -74,8 +74,10 @@ def test_vocab_type_must_match(make: MakeInfo) -> None:
 
 
 def test_add_bos_and_bos_id_must_match(make: MakeInfo) -> None:
-    with pytest.raises(PairError, match="BOS"):
+    with pytest.raises(PairError, match="the target adds a BOS token to a prompt and the draft does not"):
         check_tokenizers(make(tokenizer={"add_bos": True}), make(tokenizer={"add_bos": False}))
+    with pytest.raises(PairError, match="the draft adds a BOS token to a prompt and the target does not"):
+        check_tokenizers(make(tokenizer={"add_bos": False}), make(tokenizer={"add_bos": True}))
     with pytest.raises(PairError, match="BOS token ids differ"):
         check_tokenizers(make(tokenizer={"add_bos": True, "bos": 1}), make(tokenizer={"add_bos": True, "bos": 0}))
     # as llama.cpp: a BOS that is never added may differ

@@ -115,9 +115,9 @@ class LlamaModel:
         self._model = llama_cpp.llama_model_load_from_file(path_bytes, mparams)
         if not self._model:
             native_log.raise_if_interrupted()
-            why = native_log.first_error().partition("error loading model: ")[2]
-            why = why or "check it is a complete GGUF model file"
-            raise ModelFileError(f"llama.cpp could not load {self.path}: {why[:200]}")
+            why = native_log.first_error().partition("error loading model: ")[2][:200]
+            fix = "re-download it, or convert the model again with llama.cpp's tools (a version as new as edgespec's)"
+            raise ModelFileError(f"llama.cpp could not load {self.path}: {why or 'not a complete GGUF model'}; {fix}")
         self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()
         n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)

@@ -79,7 +79,8 @@ def _check_special(what: str, t_add: bool | None, d_add: bool | None, t_id: int 
     # is added. A flag absent from the header is left to the loader's defaults,
     # which depend on the (already equal) vocab type, so it is not compared.
     if t_add is not None and d_add is not None and t_add != d_add:
-        _mismatch(f"target {'adds' if t_add else 'does not add'} {what} and draft does not agree")
+        adds, skips = ("target", "draft") if t_add else ("draft", "target")
+        _mismatch(f"the {adds} adds a {what} token to a prompt and the {skips} does not")
     if (t_add or d_add) and t_id is not None and d_id is not None and t_id != d_id:
         _mismatch(f"{what} token ids differ (target {t_id}, draft {d_id})")
 
