@@ -202,8 +202,11 @@ RWKV_BYTES = [f"\\x{b:02x}" for b in range(256)]  # every byte alone, escaped as
     ("tokens", "says"),
     [
         # C3 BF ("ÿ") made llama.cpp's RWKV tokenizer append token 0 for ever: no token on its path
-        (["\\xc3\\xbf", "a"], "no token for byte 0xC3 alone, which token 0 starts with"),
+        (["\\xc3\\xbf", "a"], r"no token for byte 0xC3 alone \(token 0 starts with it\)"),
         ([*RWKV_BYTES[:0x41], *RWKV_BYTES[0x42:], "AB"], "no token for byte 0x41 alone"),
+        # an empty token (or one a NUL empties) is named [EMPTY_i] by llama.cpp, and tokenizing "[" aborted
+        ([*RWKV_BYTES[:0x5B], *RWKV_BYTES[0x5C:], ""], "no token for byte 0x5B alone"),
+        ([*RWKV_BYTES[:0x5B], *RWKV_BYTES[0x5C:], "\0abc"], "no token for byte 0x5B alone"),
     ],
 )
 def test_an_rwkv_vocabulary_whose_tokenizer_would_never_end_is_refused(tmp_path: Path, tokens: list, says: str) -> None:

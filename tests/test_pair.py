@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gguf_corpus import F32 as F32_TYPE
 from gguf_corpus import Q2_K, Q4_1, Q8_0, default_tokens, small_model
 
 from edgespec import PairVerdict
@@ -215,11 +216,33 @@ def test_a_load_says_what_inspect_notes_about_a_pair(tmp_path: Path) -> None:
     # another family ran at 0% acceptance with no word to the user
     from edgespec.llama.loading import pair_notes
 
-    paths = []
-    for name, eos in (("t", 2), ("d", 1)):
+    def info(name: str, **kw: Any) -> GGUFInfo:
         path = tmp_path / f"{name}.gguf"
-        path.write_bytes(small_model(tokenizer={"eos": eos}))
-        paths.append(read_gguf(path))
-    quant, verdict, warnings = pair_notes(*paths)
-    assert verdict.compatible and any("EOS ids differ" in w for w in warnings)
-    assert warnings == [*quant.warnings, *verdict.warnings]  # each once, the quantization ones first
+        path.write_bytes(small_model(**kw))
+        return read_gguf(path)
+
+    target = info("t", ttype=F32_TYPE, file_type=0)
+    low = info("d", ttype=Q2_K, file_type=10, tokenizer={"eos": 1})  # a low-bit draft with another EOS id
+    quant, verdict, warnings = pair_notes(target, low)
+    assert quant.warnings and set(quant.warnings) <= set(verdict.warnings)  # said by both: once here
+    assert warnings[: len(quant.warnings)] == list(quant.warnings)
+    assert len(warnings) == len(set(warnings)) and any("EOS ids differ" in w for w in warnings)
+    # another architecture with the same vocabulary (qwen3moe drafted by qwen3) is a pair as it should be
+    other = read_gguf(_renamed_arch(tmp_path, "qwen3"))
+    assert any("architectures differ" in w for w in pair_verdict(target, other).warnings)  # inspect says it
+    assert not any("architectures differ" in w for w in pair_notes(target, other)[2])
+    words = read_gguf(_renamed_arch(tmp_path, "qwen3", tokens=["x", "y", "z", *default_tokens()[3:]]))
+    assert any("architectures differ" in w for w in pair_notes(target, words)[2])
+
+
+def _renamed_arch(tmp_path: Path, arch: str, tokens: list[str] | None = None) -> Path:
+    """A small model whose architecture reads `arch` (its keys renamed to match)."""
+    from gguf_corpus import u64
+
+    data = small_model(tokens=tokens).replace(u64(5) + b"llama", u64(len(arch)) + arch.encode())
+    for key in (b"block_count", b"context_length", b"embedding_length", b"attention.head_count"):
+        old = b"llama." + key
+        data = data.replace(u64(len(old)) + old, u64(len(arch) + 1 + len(key)) + arch.encode() + b"." + key)
+    path = tmp_path / f"{arch}-{len(tokens or [])}.gguf"
+    path.write_bytes(data)
+    return path

@@ -148,9 +148,19 @@ def test_making_a_model_into_a_log_writes_one_line(tmp_path, monkeypatch) -> Non
     from edgespec.llama import backend, models
 
     monkeypatch.setattr(backend, "quantize", lambda src, out, qtype: time.sleep(1.2))
+    monkeypatch.setattr(models.sys.stderr, "isatty", lambda: False)  # a log, whatever runs the tests
     said: list[str] = []
-    models._derive(tmp_path / "a.gguf", tmp_path / "b.gguf", "Q8_0", "b", said.append)  # stderr: not a terminal
+    models._derive(tmp_path / "a.gguf", tmp_path / "b.gguf", "Q8_0", "b", said.append)
     assert "".join(said) == "making b (Q8_0) with llama.cpp's quantizer ... done in 1s\n"
+
+    def fails(src: object, out: object, qtype: str) -> None:
+        raise ConfigError("llama.cpp could not quantize a.gguf to Q8_0 (code 1)")
+
+    monkeypatch.setattr(backend, "quantize", fails)
+    said.clear()
+    with pytest.raises(ConfigError):
+        models._derive(tmp_path / "a.gguf", tmp_path / "b.gguf", "Q8_0", "b", said.append)
+    assert "".join(said) == "making b (Q8_0) with llama.cpp's quantizer ... failed\n"  # the error's line is its own
 
 
 def test_a_pair_whose_vocabularies_differ_is_listed_mismatched_not_ready(tmp_path: Path) -> None:
@@ -167,3 +177,18 @@ def test_a_pair_whose_vocabularies_differ_is_listed_mismatched_not_ready(tmp_pat
     )
     cfg = load_config(tmp_path / "models.toml")
     assert [pair_state(cfg, p) for p in ("bad", "good", "alone")] == ["mismatched", "ready", "ready"]
+    (tmp_path / "t2.gguf").write_bytes(small_model()[:200])  # damaged since: unusable, not mismatched
+    assert pair_state(cfg, "good") == "unusable"
+
+
+def test_a_prepared_file_damaged_since_makes_its_pair_unusable_not_mismatched(tmp_path: Path, monkeypatch) -> None:
+    from edgespec.llama.models import pair_state
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    _, _, made = _made_earlier(tmp_path)
+    with (tmp_path / "models.toml").open("a") as f:
+        f.write('[pairs.p]\ntarget = "src"\ndraft = "small"\n')
+    cfg = load_config(tmp_path / "models.toml")
+    assert pair_state(cfg, "p") == "ready"
+    made.write_bytes(b"garbage" * 100)  # its state reads its recipe, not its header: still "ready"
+    assert state(cfg, cfg.model("small")) == "ready" and pair_state(cfg, "p") == "unusable"

@@ -33,6 +33,7 @@ class LiveWarning:
         verdict = live_quantization_verdict(self.report, self.drafted, self.accepted)
         if verdict is None and self.verdict is not None:  # a low-bit draft's that the headers never warned of
             gone, self.verdict = self.verdict.message, None
+            log.info("withdrawn: %s (acceptance has recovered)", gone)
             return [w for w in warnings if w != gone]
         if verdict is None or verdict == self.verdict:
             return warnings

@@ -116,7 +116,7 @@ class LlamaModel:
         if not self._model:
             native_log.raise_if_interrupted()
             why = native_log.first_error().partition("error loading model: ")[2][:200]
-            fix = "re-download it, or convert the model again with llama.cpp's tools (a version as new as edgespec's)"
+            fix = "if the file is damaged or older than edgespec's llama.cpp, re-download or convert it again"
             raise ModelFileError(f"llama.cpp could not load {self.path}: {why or 'not a complete GGUF model'}; {fix}")
         self.n_gpu_layers = n_gpu_layers if supports_gpu_offload() or devices else 0
         threads = threads or default_threads()

@@ -112,20 +112,23 @@ def _rwkv_problem(tokens: list[str]) -> str | None:
     alone: set[int] = set()
     starts: dict[int, int] = {}
     for i, word in enumerate(tokens):
-        text = _rwkv_unescape(word.split("\0", 1)[0].encode("utf-8", "surrogateescape"))
+        word = word.split("\0", 1)[0] or f"[EMPTY_{i}]"  # as llama.cpp names an empty token
+        text = _rwkv_unescape(word.encode("utf-8", "surrogateescape"))
         if len(text) == 1:
             alone.add(text[0])
         if text:
             starts.setdefault(text[0], i)
     for byte, i in sorted(starts.items()):
         if byte not in alone:
-            return f"its RWKV vocabulary has no token for byte 0x{byte:02X} alone, which token {i} starts with"
+            return f"its RWKV vocabulary has no token for byte 0x{byte:02X} alone (token {i} starts with it)"
     return None
 
 
 def _rwkv_unescape(text: bytes) -> bytes:
     """A token's bytes as llama.cpp's `llama_unescape_rwkv_token` makes them (\\t, \\n, \\r,
-    \\xHH, \\c for c; its hex digits read as a signed char would be, without checks)."""
+    \\xHH, \\c for c; its hex digits unchecked, read as x86's signed char reads them: where char
+    is unsigned, as on Linux on ARM, a digit past 0x7F reads otherwise, which only a hand-made
+    vocabulary holds)."""
     out, escaping, hex_left, acc = bytearray(), False, 0, 0
     for c in text:
         if hex_left:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .backend import LlamaModel
 
 log = logging.getLogger("edgespec")
+LLAMA_LEAST_CTX = 256  # the least context llama.cpp makes (and the multiple it rounds a larger one up to)
 ALL_LAYERS = 999  # n_gpu_layers beyond any model's layer count: all of them
 
 
@@ -88,11 +89,16 @@ def _rpc_in_use() -> set[str]:
 def pair_notes(t_info: GGUFInfo, d_info: GGUFInfo) -> tuple[QuantReport, PairVerdict, list[str]]:
     """Refuse a draft whose vocabulary cannot stand in for the target's; else the pair's static
     quantization report, `edgespec inspect`'s verdict and the warnings a load gives: the report's
-    and the verdict's notes (EOS ids, architectures: a draft of another family ran at 0% unsaid)."""
+    and the verdict's notes (EOS ids; architectures, where the vocabularies differ too: a draft of
+    another family ran at 0% unsaid, while Qwen3-30B-A3B, qwen3moe, drafted by Qwen3-0.6B, qwen3,
+    shares its tokenizer and is a pair as it should be)."""
     check_tokenizers(t_info, d_info)
     quant = quantization_report(t_info, d_info)
     verdict = pair_verdict(t_info, d_info)
-    return quant, verdict, [*quant.warnings, *(w for w in verdict.warnings if w not in quant.warnings)]
+    same_words = t_info.tokens == d_info.tokens
+    notes = [w for w in verdict.warnings if w not in quant.warnings]
+    notes = [w for w in notes if not (same_words and w.startswith("architectures differ"))]
+    return quant, verdict, [*quant.warnings, *notes]
 
 
 def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions) -> LoadedPair:
@@ -137,12 +143,13 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
         t_model.close()
         raise
     # one word on the context made, if it is not the one asked for (a model trained for less gets
-    # its own without a word where n_ctx was not set; llama.cpp's least, 256 here, may be more)
+    # its own without a word where n_ctx was not set; below llama.cpp's least it makes that, and
+    # above it rounds up to a multiple of 256, which gives room and needs no word)
     if t_model.n_ctx < o.n_ctx != defaults.N_CTX:
         warnings.append(
             f"n_ctx {o.n_ctx} is more than {t_info.path.name} was trained for; the context holds {t_model.n_ctx}"
         )
-    elif t_model.n_ctx > o.n_ctx:
+    elif t_model.n_ctx > o.n_ctx and o.n_ctx < LLAMA_LEAST_CTX:
         warnings.append(f"n_ctx {o.n_ctx} is below what llama.cpp makes; the context holds {t_model.n_ctx}")
     info = EngineInfo(
         target=describe(t_info),

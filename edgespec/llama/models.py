@@ -71,8 +71,10 @@ def pair_state(config: Config, name: str) -> str:
 
         try:
             check_tokenizers(*(read_gguf(e.path or e.location()) for e in entries))
-        except (PairError, ModelFileError):
+        except PairError:
             return "mismatched"
+        except ModelFileError:  # a prepared file damaged since (its state reads its recipe, not its header)
+            return "unusable"
     return shown
 
 
@@ -237,6 +239,10 @@ def _derive(src: Path, out: Path, qtype: str, name: str, progress: Progress) -> 
         progress(f"{label} ...")
     try:
         backend.quantize(src, out, qtype)
+    except BaseException:
+        if ticker is None:
+            progress(" failed\n")  # the error's own line then starts a line of its own in a log
+        raise
     finally:
         stop.set()
         if ticker is not None:
