@@ -28,7 +28,7 @@ def test_endpoints_are_parsed_and_bad_ones_named() -> None:
     assert parse_endpoints("10.0.0.2:50052, gpu-box:7000") == ("10.0.0.2:50052", "gpu-box:7000")
     with pytest.raises(ConfigError, match="IPv4"):
         parse_endpoints(["[::1]:50052"])
-    for bad in ("10.0.0.2", "host:port", ":50052", "host:70000", ""):
+    for bad in ("10.0.0.2", "host:port", ":50052", "host:70000", "", "127.0.0.1:5\u00b2"):  # (² passed isdigit)
         with pytest.raises(ConfigError, match="HOST:PORT"):
             parse_endpoints(bad)
 
@@ -48,6 +48,30 @@ def test_run_with_an_unreachable_rpc_server_exits_2_before_loading(tmp_path: Pat
     assert "cannot reach the RPC server" in err
     rc, _, err, elapsed = run_cli("run", "--target", str(model), "--rpc", "nonsense")
     assert_one_line_error(rc, err, elapsed)
+
+
+@pytest.mark.parametrize("where", ["--target", "--pair"])
+def test_an_empty_rpc_is_said_not_run_here_without_a_word(tmp_path: Path, where: str) -> None:
+    # --rpc "$UNSET" decoded on this machine, even over a models.toml entry's own rpc servers
+    model = tmp_path / "m.gguf"
+    model.write_bytes(small_model())
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.t]\npath = "{model}"\nrpc = ["127.0.0.1:{closed_port()}"]\n[pairs.p]\ntarget = "t"\n')
+    chosen = ["--target", str(model)] if where == "--target" else ["--pair", "p", "--config", str(config)]
+    rc, _, err, elapsed = run_cli("run", *chosen, "--rpc", "", "--prompt", "hi")
+    assert_one_line_error(rc, err, elapsed)
+    assert "RPC server '' is not HOST:PORT" in err
+
+
+def test_gpu_layers_past_llama_cpps_int32_or_below_minus_one_are_one_line() -> None:
+    from edgespec.llama.loading import ALL_LAYERS, LoadOptions, _layers
+
+    for bad in (2**32, 2**31, -5, 1.5):  # 2**32 wrapped to 0 layers: nothing went to the RPC servers
+        with pytest.raises(Exception, match="n_gpu_layers must be"):
+            LoadOptions(n_gpu_layers=bad)  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="draft_n_gpu_layers must be"):
+            LoadOptions(draft_n_gpu_layers=bad)  # type: ignore[arg-type]
+    assert LoadOptions(n_gpu_layers=-1).n_gpu_layers == -1 and _layers(-1) == ALL_LAYERS and _layers(7) == 7
 
 
 def test_rpc_server_on_a_port_in_use_is_one_line() -> None:

@@ -120,7 +120,7 @@ class Engine:
         `draft=None` speculates with prompt lookup alone; `lookup=False` turns lookup off.
         `isolated=True`: the models run in a child process that restarts after a crash.
         `rpc="host:port,..."`: the target's layers go there. `heads=False`: whole rows from a GPU."""
-        rpc = parse_endpoints(rpc) if rpc else ()
+        rpc = parse_endpoints(rpc) if rpc or isinstance(rpc, str) else ()  # "" names no server: said
         options = LoadOptions(n_ctx, n_gpu_layers, draft_n_gpu_layers, threads, k, p_min, name, lookup, rpc, heads)
         if isolated:
             return _isolated(target, draft, options)

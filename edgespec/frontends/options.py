@@ -31,7 +31,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--config", help="models.toml to read (default: search, see README)")
     g.add_argument("--n-ctx", type=int, default=None, help=f"context size (default {defaults.N_CTX})")
-    g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU")
+    g.add_argument("--n-gpu-layers", type=int, default=None, help="target layers to offload to the GPU (-1: all)")
     g.add_argument("--draft-n-gpu-layers", type=int, default=None, help="draft layers to offload")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     g.add_argument(
@@ -139,7 +139,7 @@ def engine_from_args(
             k=args.k,
             lookup=not args.no_lookup,
             isolated=isolated,
-            rpc=args.rpc or (),
+            rpc=() if args.rpc is None else args.rpc,
             heads=not args.whole_rows,
         )
     return Engine.from_pair(

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgespec")
 LLAMA_LEAST_CTX = 256  # the least context llama.cpp makes (and the multiple it rounds a larger one up to)
 ALL_LAYERS = 999  # n_gpu_layers beyond any model's layer count: all of them
+MAX_LAYERS_ASKED = 1_000_000  # the most n_gpu_layers may say (all of them, within llama.cpp's int32)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class LoadOptions:
 
     def __post_init__(self) -> None:  # before a child is started or a file read
         check_threads(self.threads)
+        for name, layers in (("n_gpu_layers", self.n_gpu_layers), ("draft_n_gpu_layers", self.draft_n_gpu_layers)):
+            if layers is not None:  # (llama.cpp's field is an int32: 2**32 wrapped to 0 layers, unsaid)
+                require_integer(name, layers)
+                if not -1 <= layers <= MAX_LAYERS_ASKED:
+                    raise ConfigError(
+                        f"{name} must be a number of layers from 0 to {MAX_LAYERS_ASKED}, or -1 for all (got {layers})"
+                    )
         require_integer("n_ctx", self.n_ctx)
         if self.n_ctx < MIN_N_CTX:
             raise ConfigError(f"n_ctx must be at least {MIN_N_CTX} tokens (got {self.n_ctx!r})")
@@ -110,11 +118,11 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     verdict = None
     if d_info is not None:
         quant, verdict, warnings = pair_notes(t_info, d_info)
-    draft_layers = o.n_gpu_layers if o.draft_n_gpu_layers is None else o.draft_n_gpu_layers
+    draft_layers = _layers(o.n_gpu_layers if o.draft_n_gpu_layers is None else o.draft_n_gpu_layers)
     # over RPC every target layer goes to the servers unless n_gpu_layers says how many
-    t_layers = o.n_gpu_layers or (ALL_LAYERS if o.rpc else 0)
+    t_layers = _layers(o.n_gpu_layers) or (ALL_LAYERS if o.rpc else 0)
     if o.rpc:
-        draft_layers = o.draft_n_gpu_layers or 0  # the draft stays on this machine
+        draft_layers = _layers(o.draft_n_gpu_layers or 0)  # the draft stays on this machine
         check_reachable(o.rpc, known=_rpc_in_use())
     n_ctx = min(o.n_ctx, t_info.context_length or o.n_ctx)  # llama.cpp makes no larger a context
     memory_preflight(t_info, d_info, n_ctx, target_gpu_layers=t_layers, draft_gpu_layers=draft_layers)
@@ -167,6 +175,11 @@ def load_pair(target: str | Path, draft: str | Path | None, options: LoadOptions
     return LoadedPair(t_model, d_model, o.name or Path(target).name, warnings, info, quant, o)
 
 
+def _layers(n: int) -> int:
+    """n_gpu_layers as llama.cpp takes it, -1 (all, as llama.cpp's own tools say it) spelled out."""
+    return ALL_LAYERS if n < 0 else n
+
+
 def pair_files(
     name: str,
     config: str | Path | None = None,
@@ -197,7 +210,7 @@ def pair_files(
     unknown = set(overrides) - known
     if unknown:
         raise TypeError(f"unknown load option {sorted(unknown)[0]!r}")
-    if overrides.get("rpc"):
+    if overrides.get("rpc") is not None:  # ("" too: a --rpc "$UNSET" ran on this machine without a word)
         overrides["rpc"] = parse_endpoints(overrides["rpc"])
     options = dataclasses.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     # checked (LoadOptions' own checks) before minutes of downloading or quantizing

@@ -33,7 +33,7 @@ def parse_endpoints(value: str | Iterable[str]) -> tuple[str, ...]:
     out = []
     for item in (str(i).strip() for i in items):
         host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise ConfigError(f"RPC server {item!r} is not HOST:PORT (e.g. 192.168.1.20:{DEFAULT_PORT})")
         if ":" in host or "[" in host:
             raise ConfigError(f"RPC server {item!r}: llama.cpp's RPC speaks IPv4 or host names only")
