@@ -20,8 +20,13 @@ from tests.fakes import make_engine
 def isolated(factory: str = "tests.fakes:make_slow_engine", **kw: object) -> IsolatedEngine:
     grace = float(kw.pop("cancel_grace_s", 5.0))  # type: ignore[arg-type]
     restarts = int(kw.pop("restarts", 5))  # type: ignore[call-overload]
+    retry = float(kw.pop("retry_failed_s", 30.0))  # type: ignore[arg-type]
     return IsolatedEngine(
-        ChildSpec(factory=factory, kwargs=kw), cancel_grace_s=grace, restarts=restarts, backoff_s=0.05
+        ChildSpec(factory=factory, kwargs=kw),
+        cancel_grace_s=grace,
+        restarts=restarts,
+        backoff_s=0.05,
+        retry_failed_s=retry,
     )
 
 
@@ -218,8 +223,26 @@ def test_restarts_are_bounded_and_then_every_call_says_the_engine_failed(tmp_pat
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         wait_for(engine, "failed", 30)
-        with pytest.raises(EngineCrashed, match="could not be restarted.*models are gone"):
+        with pytest.raises(EngineCrashed, match="could not be restarted.*models are gone.*tries again"):
             engine.generate("t5")
+
+
+def test_a_failed_engine_tries_again_at_a_later_call_and_comes_back(tmp_path: Path) -> None:
+    # the RPC server the target's layers were on rebooted for 15 s: every restart failed, and the
+    # engine (a server with it) said "failed" for good though the server was back
+    gone = tmp_path / "loaded"
+    with isolated(once=str(gone), restarts=2, retry_failed_s=0.5) as engine:
+        os.kill(engine.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        wait_for(engine, "failed", 30)
+        with pytest.raises(EngineCrashed, match=r"a call in 1 s or later tries again") as err:
+            engine.generate("t5")
+        assert err.value.retry_after == 1
+        gone.unlink()  # what failed is back
+        time.sleep(0.6)
+        with pytest.raises(EngineCrashed, match="restarting"):
+            engine.generate("t5")  # this call starts a new round
+        wait_for(engine, "ok", 30)
+        assert engine.generate("t5 t6", temperature=0, max_tokens=5).text
 
 
 def test_closing_ends_the_child_process() -> None:

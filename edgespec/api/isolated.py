@@ -1,26 +1,18 @@
 """An engine in a child process: the same API, and a crash of native code is not the app's.
 
 `Engine.load(..., isolated=True)` / `Engine.from_pair(..., isolated=True)` return an
-`IsolatedEngine`. Both llama.cpp contexts and the decoder live in a child process
-started with the "spawn" method (never fork a process that holds llama.cpp state
-or threads), which loads the models itself from the same load arguments
-(edgespec.api.child). Only events cross the pipe (token ids, text, segments,
-stats), a few hundred bytes per speculative step.
+`IsolatedEngine`: both llama.cpp contexts and the decoder live in a "spawn" child (never fork
+a process that holds llama.cpp state or threads) that loads the models from the same load
+arguments (edgespec.api.child). Only events cross the pipe, a few hundred bytes a step.
 
-When the child dies (a signal, an abort in native code, the out-of-memory
-killer), every call waiting on it ends with `EngineCrashed` at once: a stream
-in progress raises it from its next event. The cause (exit code or signal) is
-logged, and the engine restarts by itself: a new child reloads the models,
-with a bounded number of attempts and growing pauses between them. Meanwhile
-`state` is "restarting" and new calls raise `EngineCrashed` (retry after
-`retry_after` seconds); then it is "ok" again, or "failed" when every attempt
-failed. A cancel that the child does not honour within `cancel_grace_s` (native
-code stuck in a long decode) kills the child, which then restarts the same way;
-the cancelled stream ends with finish_reason "cancelled".
-
-The child generates ahead of the consumer instead of waiting for each `next()`:
-its events queue in this process until read, and the engine's lock is held
-until the stream ends or is closed, as in process.
+When the child dies (a signal, an abort in native code, the out-of-memory killer), every
+call waiting on it ends with `EngineCrashed` at once, the cause is logged, and a new child
+reloads the models, a few attempts with growing pauses; meanwhile `state` is "restarting"
+and new calls raise `EngineCrashed` (retry after `retry_after` seconds). Then it is "ok", or
+"failed" when every attempt failed: a call RETRY_FAILED_S after that starts another round
+(what failed may be back: an RPC server rebooted). A cancel the child does not honour within
+`cancel_grace_s` (native code stuck in a long decode) kills it, which restarts the same way.
+The child generates ahead of the consumer; the engine's lock is held until the stream ends.
 """
 
 from __future__ import annotations
@@ -62,16 +54,15 @@ __all__ = ["ChildSpec", "IsolatedEngine"]
 log = logging.getLogger("edgespec")
 CANCEL_GRACE_S = 5.0  # a cancel not honoured this long kills the child
 RESTARTS = 5  # attempts to start a new child after a crash
+RETRY_FAILED_S = 30.0  # a failed engine tries another round at a call this long after the last failed
 BACKOFF_S = 1.0  # pause before the second attempt; doubles after each failure
 CALL_TIMEOUT_S = 120.0  # tokenize and friends; a live child answers in milliseconds
 _STREAM = inspect.signature(Engine.stream)
 
 
 class IsolatedEngine(Engine):
-    """An `Engine` whose models and decoder run in a child process (see the module docstring).
-
-    Built by `Engine.load(..., isolated=True)`, `Engine.from_pair(..., isolated=True)`, or
-    directly from a `ChildSpec` (files and load options, or an importable factory)."""
+    """An `Engine` whose models and decoder run in a child process (the module docstring), built by
+    `Engine.load(..., isolated=True)`, `Engine.from_pair(...)` alike, or from a `ChildSpec` directly."""
 
     def __init__(
         self,
@@ -80,6 +71,7 @@ class IsolatedEngine(Engine):
         cancel_grace_s: float = CANCEL_GRACE_S,
         restarts: int = RESTARTS,
         backoff_s: float = BACKOFF_S,
+        retry_failed_s: float = RETRY_FAILED_S,
     ) -> None:
         # Engine.__init__ is not called: the models live in the child, and every public method
         # that would touch them is overridden here
@@ -87,6 +79,8 @@ class IsolatedEngine(Engine):
         self.cancel_grace_s = cancel_grace_s
         self._restarts = restarts
         self._backoff_s = backoff_s
+        self._retry_failed_s, self._failed_at = retry_failed_s, 0.0
+        self._revive = threading.Lock()  # one new round of restarts at a time
         self._lock = threading.Lock()
         self._running: Generation | None = None
         self._owner: int | None = None  # the thread that took the lock (for BusyError's words)
@@ -134,12 +128,9 @@ class IsolatedEngine(Engine):
             child.process.join(10)
             raise _error(*child.load_error)
         if child.dead is not None:
-            hint = ""
-            if child.process.exitcode == 1:  # what Python exits with when the main module's import fails
-                hint = (
-                    '; if your script loads the engine outside `if __name__ == "__main__":`, move it there'
-                    " (the engine's process imports the script)"
-                )
+            # exit code 1: what Python exits with when the main module's import fails
+            hint = '; if your script loads the engine outside `if __name__ == "__main__":`, move it there'
+            hint = f"{hint} (the engine's process imports the script)" if child.process.exitcode == 1 else ""
             raise EngineCrashed(f"the engine process died while loading the models ({child.cause}){hint}")
         self._load_s = time.monotonic() - t0
         facts = child.facts
@@ -158,6 +149,10 @@ class IsolatedEngine(Engine):
             return  # the interpreter is ending and multiprocessing stops its children: not a crash
         self._state = "restarting"
         log.error("the engine process died (%s); restarting it", cause)
+        self._restart_round()
+
+    def _restart_round(self) -> None:
+        """Start a new child, a few times at most with growing pauses; "failed" if none started."""
         for attempt in range(self._restarts):
             if attempt:
                 time.sleep(self._backoff_s * 2 ** (attempt - 1))
@@ -175,6 +170,7 @@ class IsolatedEngine(Engine):
                 new.close()
             log.warning("the engine restarted in %.1f s (process %s)", self._load_s, new.pid)
             return
+        self._failed_at = time.monotonic()
         self._state = "failed"
 
     @property
@@ -195,8 +191,15 @@ class IsolatedEngine(Engine):
     def _live_child(self) -> ChildProcess:
         if self._closed:
             raise EdgespecError(CLOSED)
-        if self._state == "failed":
-            raise EngineCrashed(f"the engine could not be restarted ({self._failure}); close it and load a new one")
+        if self._state == "failed":  # what failed may be back (a rebooted RPC server): a call tries again
+            with self._revive:
+                wait = math.ceil(self._failed_at + self._retry_failed_s - time.monotonic())
+                if self._state == "failed" and wait <= 0:
+                    self._state = "restarting"
+                    threading.Thread(target=self._restart_round, name="edgespec-revive", daemon=True).start()
+            if self._state == "failed":
+                why = f"the engine could not be restarted ({self._failure}); a call in {wait} s or later tries again"
+                raise EngineCrashed(why, max(1, wait))
         if self._state != "ok":
             raise EngineCrashed("the engine is restarting after a crash; retry in a few seconds", self.retry_after)
         return self._child
