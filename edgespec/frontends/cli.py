@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from edgespec import EdgespecError
 from edgespec.api.prompts import utf8_text
 
+from .interrupt import quit_on_second_interrupt
 from .options import (
     add_model_args,
     add_sampling_args,
@@ -35,6 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not prompt:  # as a chat message too: an empty question is a slip, not a request
         raise EdgespecError("the prompt is empty; give it text (--prompt TEXT, or --prompt - to read stdin)")
     constraint = _constraint(args)  # a bad schema too
+    quit_on_second_interrupt()  # llama.cpp waiting on a frozen RPC server never returns to Python
     engine = engine_from_args(args)
     shown = list(engine.warnings)
     for w in shown:
