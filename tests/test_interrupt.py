@@ -13,11 +13,12 @@ import pytest
 STUCK = """
 import signal, sys, time
 from edgespec.frontends.interrupt import quit_on_second_interrupt
-assert quit_on_second_interrupt()
-# the main thread as a native call holds it: signals reach the watcher's thread, never Python's loop
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-print("ready", flush=True)
-time.sleep(30)
+with quit_on_second_interrupt() as watching:
+    assert watching
+    # the main thread as a native call holds it: signals reach the watcher's thread, never Python's loop
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    print("ready", flush=True)
+    time.sleep(30)
 print("slept", flush=True)
 """
 
@@ -48,3 +49,20 @@ def test_one_ctrl_c_is_left_to_python() -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=10)
     assert "KeyboardInterrupt" in err and "press Ctrl-C again" not in err  # Python's own, at once
+
+
+def test_after_the_command_ctrl_c_is_pythons_alone() -> None:
+    # a test runner ran `edgespec run` in its own process, then sent its own Ctrl-Cs: the watcher
+    # left from that run ended the whole runner with 130
+    from edgespec.frontends.interrupt import quit_on_second_interrupt
+
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with quit_on_second_interrupt() as watching:
+        assert watching
+    assert signal.set_wakeup_fd(before) == before  # the wakeup fd is the one before
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.5)
+    time.sleep(0.3)  # (a watcher still reading would have ended this process by now)

@@ -36,7 +36,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not prompt:  # as a chat message too: an empty question is a slip, not a request
         raise EdgespecError("the prompt is empty; give it text (--prompt TEXT, or --prompt - to read stdin)")
     constraint = _constraint(args)  # a bad schema too
-    quit_on_second_interrupt()  # llama.cpp waiting on a frozen RPC server never returns to Python
+    with quit_on_second_interrupt():  # llama.cpp waiting on a frozen RPC server never returns to Python
+        return _run(args, prompt, constraint)
+
+
+def _run(args: argparse.Namespace, prompt: str, constraint: dict[str, Any]) -> int:
     engine = engine_from_args(args)
     shown = list(engine.warnings)
     for w in shown:

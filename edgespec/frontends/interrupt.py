@@ -14,45 +14,71 @@ fd for its signal handlers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 NOTICE_S = 2.0  # a first Ctrl-C not honoured this long is said to be waiting on native code
 
 
-def quit_on_second_interrupt() -> bool:
-    """Start the watcher (the main thread only, once); whether it runs."""
+@contextlib.contextmanager
+def quit_on_second_interrupt() -> Iterator[bool]:
+    """While the block runs (in the main thread), a watcher reads the signals; whether it does.
+    Afterwards the wakeup fd is the one before, and the watcher ends (a test runner that ran
+    the command in its own process sends its own Ctrl-Cs later)."""
     if threading.current_thread() is not threading.main_thread():
-        return False
+        yield False
+        return
     read, write = os.pipe()
     os.set_blocking(write, False)  # the C handler must never block on a full pipe
     try:
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     except ValueError:  # not the main thread of the main interpreter
         os.close(read)
         os.close(write)
-        return False
-    threading.Thread(target=_watch, args=(read,), name="edgespec-interrupt", daemon=True).start()
-    return True
+        yield False
+        return
+    watcher = _Watcher(read)
+    watcher.start()
+    try:
+        yield True
+    finally:
+        signal.set_wakeup_fd(before)
+        watcher.stop()
+        os.close(write)  # the watcher's read then ends
 
 
-def _watch(read: int) -> None:
-    pressed = 0
-    notice: threading.Timer | None = None
-    while data := os.read(read, 64):
-        for signum in data:
-            if signum != signal.SIGINT:
-                continue
-            pressed += 1
-            if pressed == 1:
-                notice = threading.Timer(NOTICE_S, _say, ("still waiting for llama.cpp; press Ctrl-C again to quit",))
-                notice.daemon = True
-                notice.start()
-            else:
-                _say("interrupted while llama.cpp was still running (an RPC server that stopped answering?)")
-                os._exit(130)
+class _Watcher(threading.Thread):
+    def __init__(self, read: int) -> None:
+        super().__init__(name="edgespec-interrupt", daemon=True)
+        self.read, self.pressed, self.stopped = read, 0, False
+        self.notice: threading.Timer | None = None
+
+    def run(self) -> None:
+        try:
+            while data := os.read(self.read, 64):
+                if not self.stopped and signal.SIGINT in data:
+                    self._pressed()
+        finally:
+            os.close(self.read)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.notice is not None:
+            self.notice.cancel()
+
+    def _pressed(self) -> None:
+        self.pressed += 1
+        if self.pressed == 1:
+            self.notice = threading.Timer(NOTICE_S, _say, ("still waiting for llama.cpp; press Ctrl-C again to quit",))
+            self.notice.daemon = True
+            self.notice.start()
+        else:
+            _say("interrupted while llama.cpp was still running (an RPC server that stopped answering?)")
+            os._exit(130)
 
 
 def _say(line: str) -> None:
