@@ -154,6 +154,8 @@ def test_an_abort_in_native_code_is_a_crash_with_its_signal_logged(
     assert "killed by SIGABRT: ggml.c:1234: GGML_ASSERT(ne % 32 == 0) failed" in str(err.value)
     assert "GGML_ASSERT" not in capfd.readouterr().err
     assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+    # the operator of a server, which shows errors only, hears of the restart as of the crash
+    assert any("the engine restarted in" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
 
 
 @pytest.mark.slow  # several seconds of processes or sleeps: `make test` runs it

@@ -168,7 +168,7 @@ class IsolatedEngine(Engine):
             self._state = "ok"
             if self._closed:
                 new.close()
-            log.warning("the engine restarted in %.1f s (process %s)", self._load_s, new.pid)
+            log.error("the engine restarted in %.1f s (process %s)", self._load_s, new.pid)  # as its crash was
             return
         self._failed_at = time.monotonic()
         self._state = "failed"
