@@ -91,3 +91,18 @@ def test_a_config_path_that_is_a_directory_says_so(tmp_path: Path) -> None:
         find_config(tmp_path)
     with pytest.raises(ConfigError, match="does not exist"):
         find_config(tmp_path / "models.toml")
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        # the type error gained a second prefix ("m.toml: models.t.rpc: m.toml: models.t.rpc has ...")
+        ("1", r"^\S*m.toml: models.t.rpc has the wrong type \(int\); see models.toml's header$"),
+        # a key of the entry given a table was read as a dotted model name needing quotes
+        ("{a = 1}", r"^\S*m.toml: models.t.rpc has the wrong type \(a table\); see models.toml's header$"),
+    ],
+)
+def test_an_rpc_key_of_the_wrong_type_is_said_once_as_such(tmp_path: Path, value: str, says: str) -> None:
+    (tmp_path / "m.toml").write_text(f'[models.t]\npath = "x.gguf"\nrpc = {value}\n')
+    with pytest.raises(ConfigError, match=says):
+        load_config(tmp_path / "m.toml")

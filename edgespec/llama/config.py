@@ -144,12 +144,20 @@ def parse(data: dict[str, Any], source: str, base: Path | None = None) -> Config
     return Config(models, pairs, source)
 
 
+KEYS = {  # what an entry of each table may hold
+    "models": {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads", "rpc"},
+    "pairs": {"target", "draft", "k", "p_min", "n_ctx", "lookup"},
+}
+
+
 def _table(data: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     t = data.get(key, {})
     if not isinstance(t, dict) or not all(isinstance(v, dict) for v in t.values()):
         raise ConfigError(f"{source}: [{key}.NAME] entries must be tables")
     for name, entry in t.items():
         inner = next((k for k, v in entry.items() if isinstance(v, dict)), None)
+        if inner in KEYS[key]:  # `rpc = {a = 1}`: a key of the entry, given a table
+            raise ConfigError(f"{source}: {key}.{name}.{inner} has the wrong type (a table); see models.toml's header")
         if inner is not None:  # [models.qwen2.5-7b] is TOML for models -> qwen2 -> 5-7b
             raise ConfigError(
                 f"{source}: [{key}.{name}.{inner}] is a table inside {key}.{name}; a name with a dot "
@@ -167,7 +175,7 @@ def _get(t: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str, 
 
 def _model(name: str, t: dict[str, Any], source: str, base: Path | None = None) -> ModelEntry:
     where = f"{source}: models.{name}"
-    unknown = set(t) - {"path", "wheel", "file", "derive", "quantize", "n_gpu_layers", "threads", "rpc"}
+    unknown = set(t) - KEYS["models"]
     if unknown:
         raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key")
     sources = [k for k in ("path", "wheel", "derive") if k in t]
@@ -186,8 +194,9 @@ def _model(name: str, t: dict[str, Any], source: str, base: Path | None = None) 
         raise ConfigError(f'{where}.wheel must be a requirement such as "name==1.0", not {wheel!r}')
     threads = _get(t, "threads", int, where)
     check_threads(threads, f"{where}.threads")
+    rpc = _get(t, "rpc", (list, str), where)  # (its own message: inside the try it gained a second prefix)
     try:
-        rpc = parse_endpoints(_get(t, "rpc", (list, str), where)) if "rpc" in t else ()
+        rpc = parse_endpoints(rpc) if rpc is not None else ()
     except ConfigError as err:
         raise ConfigError(f"{where}.rpc: {err}") from None
     return ModelEntry(
@@ -211,7 +220,7 @@ def _resolve(path: str, base: Path | None) -> Path:
 
 def _pair(name: str, t: dict[str, Any], source: str, models: dict[str, ModelEntry]) -> PairEntry:
     where = f"{source}: pairs.{name}"
-    unknown = set(t) - {"target", "draft", "k", "p_min", "n_ctx", "lookup"}
+    unknown = set(t) - KEYS["pairs"]
     if unknown:
         raise ConfigError(f"{where}.{sorted(unknown)[0]} is not a known key (target, draft, k, p_min, n_ctx, lookup)")
     draft = _get(t, "draft", str, where)
