@@ -144,6 +144,15 @@ def small_model(
     return gguf_bytes(kvs, tensors)
 
 
+def small_model_of(arch: str, tokens: list[str] | None = None) -> bytes:
+    """`small_model` of architecture `arch` (its keys renamed from llama's)."""
+    data = small_model(tokens=tokens).replace(u64(5) + b"llama", u64(len(arch)) + arch.encode())
+    for key in (b"block_count", b"context_length", b"embedding_length", b"attention.head_count"):
+        old = b"llama." + key
+        data = data.replace(u64(len(old)) + old, u64(len(arch) + 1 + len(key)) + arch.encode() + b"." + key)
+    return data
+
+
 def header(n_tensors: int, n_kv: int, version: int = 3) -> bytes:
     return b"GGUF" + u32(version) + u64(n_tensors) + u64(n_kv)
 

@@ -21,6 +21,7 @@ from gguf_corpus import (
     gguf_bytes,
     gstr,
     small_model,
+    small_model_of,
     tokenizer_kvs,
     u32,
     u64,
@@ -31,15 +32,6 @@ from edgespec.llama.gguf_file import describe, read_gguf
 from edgespec.llama.gguf_limits import MAX_LAYERS, _rwkv_unescape
 
 SPM_BYTES = [f"<0x{b:02X}>" for b in range(256)]
-
-
-def _arch(name: str) -> bytes:
-    """A small model of architecture `name` (its keys renamed from llama's)."""
-    data = small_model().replace(u64(5) + b"llama", u64(len(name)) + name.encode())
-    for key in (b"block_count", b"context_length", b"embedding_length", b"attention.head_count"):
-        old = b"llama." + key
-        data = data.replace(u64(len(old)) + old, u64(len(name) + 1 + len(key)) + name.encode() + b"." + key)
-    return data
 
 
 def _read(tmp_path: Path, data: bytes) -> object:
@@ -85,7 +77,7 @@ def _read(tmp_path: Path, data: bytes) -> object:
         (small_model(extra=[("llama.attention.layer_norm_rms_epsilon", FLOAT32, -1.0)]), "epsilon is -1.0"),
         (small_model(extra=[("llama.attention.layer_norm_rms_epsilon", FLOAT32, float("nan"))]), "epsilon is nan"),
         (small_model(tokenizer={"model": "none"}), "tokenizer.ggml.model is 'none'"),
-        (_arch("smallthinker"), "smallthinker needs experts: expert_count 0"),
+        (small_model_of("smallthinker"), "smallthinker needs experts: expert_count 0"),
     ],
     ids=lambda x: x[:40] if isinstance(x, str) else "",
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from gguf_corpus import F32 as F32_TYPE
-from gguf_corpus import Q2_K, Q4_1, Q8_0, default_tokens, small_model
+from gguf_corpus import Q2_K, Q4_1, Q8_0, default_tokens, small_model, small_model_of
 
 from edgespec import PairVerdict
 from edgespec.core.errors import ConfigError, MemoryPreflightError, PairError
@@ -216,9 +216,9 @@ def test_a_load_says_what_inspect_notes_about_a_pair(tmp_path: Path) -> None:
     # another family ran at 0% acceptance with no word to the user
     from edgespec.llama.loading import pair_notes
 
-    def info(name: str, **kw: Any) -> GGUFInfo:
+    def info(name: str, data: bytes = b"", **kw: Any) -> GGUFInfo:
         path = tmp_path / f"{name}.gguf"
-        path.write_bytes(small_model(**kw))
+        path.write_bytes(data or small_model(**kw))
         return read_gguf(path)
 
     target = info("t", ttype=F32_TYPE, file_type=0)
@@ -228,21 +228,8 @@ def test_a_load_says_what_inspect_notes_about_a_pair(tmp_path: Path) -> None:
     assert warnings[: len(quant.warnings)] == list(quant.warnings)
     assert len(warnings) == len(set(warnings)) and any("EOS ids differ" in w for w in warnings)
     # another architecture with the same vocabulary (qwen3moe drafted by qwen3) is a pair as it should be
-    other = read_gguf(_renamed_arch(tmp_path, "qwen3"))
+    other = info("q", data=small_model_of("qwen3"))
     assert any("architectures differ" in w for w in pair_verdict(target, other).warnings)  # inspect says it
     assert not any("architectures differ" in w for w in pair_notes(target, other)[2])
-    words = read_gguf(_renamed_arch(tmp_path, "qwen3", tokens=["x", "y", "z", *default_tokens()[3:]]))
+    words = info("w", data=small_model_of("qwen3", tokens=["x", "y", "z", *default_tokens()[3:]]))
     assert any("architectures differ" in w for w in pair_notes(target, words)[2])
-
-
-def _renamed_arch(tmp_path: Path, arch: str, tokens: list[str] | None = None) -> Path:
-    """A small model whose architecture reads `arch` (its keys renamed to match)."""
-    from gguf_corpus import u64
-
-    data = small_model(tokens=tokens).replace(u64(5) + b"llama", u64(len(arch)) + arch.encode())
-    for key in (b"block_count", b"context_length", b"embedding_length", b"attention.head_count"):
-        old = b"llama." + key
-        data = data.replace(u64(len(old)) + old, u64(len(arch) + 1 + len(key)) + arch.encode() + b"." + key)
-    path = tmp_path / f"{arch}-{len(tokens or [])}.gguf"
-    path.write_bytes(data)
-    return path

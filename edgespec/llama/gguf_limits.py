@@ -37,8 +37,7 @@ def reading_problem(info: GGUFInfo) -> str | None:
     """What in this header llama.cpp refuses but edgespec would misread first, or None: a
     vocabulary that is not strings (the checks below take it for one), a negative context
     length (taken for the user's own n_ctx: "n_ctx must be a positive number ..., got -5")."""
-    raw = info.metadata.get(TOKENS_KEY)
-    if isinstance(raw, list) and not all(isinstance(w, str) for w in raw):
+    if isinstance(info.metadata.get(TOKENS_KEY), list) and info.tokens is None:  # a list, not of strings
         return f"{TOKENS_KEY} is not an array of strings"
     context = info.arch_int("context_length")
     if context is not None and context < 0:
@@ -90,8 +89,7 @@ def _vocab_problem(info: GGUFInfo) -> str | None:
         return None
     seen: dict[str, int] = {}
     for i, word in enumerate(tokens):
-        # llama.cpp reads a token up to a NUL byte, and names an empty one [EMPTY_i]
-        word = word.split("\0", 1)[0] or f"[EMPTY_{i}]"
+        word = _token_text(i, word)
         if word in seen:
             return f"tokens {seen[word]} and {i} are both {word[:40]!r}"
         seen[word] = i
@@ -112,8 +110,7 @@ def _rwkv_problem(tokens: list[str]) -> str | None:
     alone: set[int] = set()
     starts: dict[int, int] = {}
     for i, word in enumerate(tokens):
-        word = word.split("\0", 1)[0] or f"[EMPTY_{i}]"  # as llama.cpp names an empty token
-        text = _rwkv_unescape(word.encode("utf-8", "surrogateescape"))
+        text = _rwkv_unescape(_token_text(i, word).encode("utf-8", "surrogateescape"))
         if len(text) == 1:
             alone.add(text[0])
         if text:
@@ -149,6 +146,11 @@ def _rwkv_unescape(text: bytes) -> bytes:
         else:
             out.append(c)
     return bytes(out)
+
+
+def _token_text(i: int, word: str) -> str:
+    """Token i's text as llama.cpp keeps it: up to a NUL byte, and an empty one named [EMPTY_i]."""
+    return word.split("\0", 1)[0] or f"[EMPTY_{i}]"
 
 
 def _byte_text(byte: int) -> str:

@@ -27,6 +27,7 @@ from .gguf_file import describe, read_gguf
 from .gguf_info import GGUFInfo
 from .pair import (
     QuantReport,
+    architecture_note,
     check_tokenizers,
     memory_preflight,
     pair_verdict,
@@ -103,9 +104,8 @@ def pair_notes(t_info: GGUFInfo, d_info: GGUFInfo) -> tuple[QuantReport, PairVer
     check_tokenizers(t_info, d_info)
     quant = quantization_report(t_info, d_info)
     verdict = pair_verdict(t_info, d_info)
-    same_words = t_info.tokens == d_info.tokens
-    notes = [w for w in verdict.warnings if w not in quant.warnings]
-    notes = [w for w in notes if not (same_words and w.startswith("architectures differ"))]
+    unsaid = architecture_note(t_info, d_info) if t_info.tokens == d_info.tokens else None
+    notes = [w for w in verdict.warnings if w not in quant.warnings and w != unsaid]
     return quant, verdict, [*quant.warnings, *notes]
 
 

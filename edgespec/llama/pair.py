@@ -239,12 +239,20 @@ def pair_verdict(target: GGUFInfo, draft: GGUFInfo) -> PairVerdict:
             f"EOS ids differ (target {target.eos_id}, draft {draft.eos_id}); generation "
             "stops on the target's EOS, prefer a draft with the same special tokens"
         )
-    if target.architecture != draft.architecture:
-        warnings.append(
-            f"architectures differ (target {target.architecture}, draft {draft.architecture}); "
-            "acceptance may be low, prefer a draft from the same model family"
-        )
+    note = architecture_note(target, draft)
+    if note is not None:
+        warnings.append(note)
     return PairVerdict(not messages, tuple(messages), tuple(warnings))
+
+
+def architecture_note(target: GGUFInfo, draft: GGUFInfo) -> str | None:
+    """The verdict's note on a draft of another architecture, or None."""
+    if target.architecture == draft.architecture:
+        return None
+    return (
+        f"architectures differ (target {target.architecture}, draft {draft.architecture}); "
+        "acceptance may be low, prefer a draft from the same model family"
+    )
 
 
 LIVE_MIN_DRAFTED = 64
