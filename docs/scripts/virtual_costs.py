@@ -6,7 +6,9 @@ measurements of the demo pair (a target pass over n tokens 30.6 + 5.65 (n - 1) m
 draft's call over n tokens interpolated through 17.1, 59, 114, 217, 415 ms at 1, 8, 16, 32,
 128). At T = 0 the text is fixed, so a run is deterministic and two versions of the code
 compare exactly (the figures in docs/bench-history.md). COSTS=d,s scales the draft's costs
-by d and the target's per-token slope by s (other machines).
+by d and the target's per-token slope by s (other machines). TARGET_MS and DRAFT_MS
+("n:ms,n:ms,...", e.g. 1:14.3,2:22.4,4:26.1,7:33.8,11:42.7 and 1:7.7,2:14.1,4:21.0,7:33.7,11:49.3,
+stop 65's 2-core EPYC) give a model's measured call costs instead, linear between the sizes.
 
     COSTS=1,1 .venv/bin/python docs/scripts/virtual_costs.py model,hybrid edit-code,rename,extract,revise,prose 0 2
 
@@ -68,6 +70,18 @@ NOISE_SEED = int(os.environ.get("NOISE_SEED", "7"))
 DRIFT = float(os.environ.get("DRIFT", "0"))
 DRIFT_P = float(os.environ.get("DRIFT_P", "5"))
 PAIR = os.environ.get("PAIR", "demo")
+# TARGET_MS / DRAFT_MS = "n:ms,n:ms,...": a machine's measured call costs instead (linear between the
+# sizes given, the last segment's slope past them); COSTS then does not apply to that model
+TABLES = {m: os.environ.get(f"{m.upper()}_MS", "") for m in ("target", "draft")}
+
+
+def table_cost(spec: str):
+    pts = sorted((int(n), float(ms)) for n, ms in (x.split(":") for x in spec.split(",")))
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+    return lambda n: (float(np.interp(n, xs, ys)) + max(0, n - xs[-1]) * slope) / 1000
+
+
 TRACE = os.environ.get("TRACE", "")  # columns whose steps are printed (`trace`)
 
 
@@ -127,9 +141,11 @@ def main() -> None:
             kind = kinds.get(col, (draft, False))  # kN: the model draft at a fixed K = N
             engine = Engine.load(target, kind[0], n_ctx=2048, lookup=kind[1])
             rng = np.random.default_rng(NOISE_SEED)  # both models of a column draw from one
-            timed(engine._decoder.target.model, lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000, rng)
+            target_cost = lambda n: (30.6 + SLOPE * 5.65 * (n - 1)) / 1000  # noqa: E731
+            draft_cost = lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000  # noqa: E731
+            timed(engine._decoder.target.model, table_cost(TABLES["target"]) if TABLES["target"] else target_cost, rng)
             if engine._decoder.draft is not None:
-                timed(engine._decoder.draft.model, lambda n: DRAFT * float(np.interp(n, *FEED)) / 1000, rng)
+                timed(engine._decoder.draft.model, table_cost(TABLES["draft"]) if TABLES["draft"] else draft_cost, rng)
             engines[col] = engine
             if col in TRACE.split(","):
                 trace(engine, col)

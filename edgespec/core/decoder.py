@@ -29,13 +29,14 @@ import time
 from collections.abc import Generator, Sequence
 from typing import NamedTuple
 
+from . import shadow
 from .cache import Cache, common_prefix
 from .constraints import Constraints
 from .controller import LOOKUP, MODEL, Controller, Plan, StepOutcome
 from .errors import ContextFullError, EdgespecError
 from .events import Stats
 from .logprobs import token_logprob
-from .lookup import LookupIndex, Proposal
+from .lookup import LookupIndex
 from .lookup_policy import L_MAX
 from .model import Model
 from .penalties import History
@@ -48,13 +49,6 @@ from .verify import verify
 
 WINDOW = 24  # a check of a longer lag reads only its last WINDOW tokens, then takes them back
 CONTEXT = 8  # the window's first tokens, read as context only (a row with little context scores low)
-
-
-def _shadow(proposal: Proposal, new: Sequence[int]) -> tuple[int, int]:
-    """A lookup proposal this step did not verify, scored against what it committed: (tokens
-    scored, how many leading ones were committed). See LookupPolicy.record."""
-    scored = min(len(new), len(proposal.tokens))
-    return scored, common_prefix(proposal.tokens[:scored], new[:scored])
 
 
 class Tail(NamedTuple):  # what a model draft needs to let prompt lookup finish it (_lookup_tail)
@@ -211,7 +205,10 @@ class Decoder:
                 hist.commit()
             committed.extend(new)
             self._all_accepted = bool(drafts) and not from_lookup and not extended and a == len(drafts)
-            if index is not None:
+            chained: tuple[tuple[int, int, int], ...] = ()
+            if index is not None and proposal is not None and not (from_lookup or extended):
+                chained = shadow.chain(index, proposal, new)  # appends `new`, scoring on the way
+            elif index is not None:
                 index.append(new)
             self.target.cut(min(n_before + a, len(committed) - 1))
             if draft is not None:
@@ -236,9 +233,10 @@ class Decoder:
                 catch_up_n=catch_up_n,
                 scores=scores,
                 bonus=bonus,
-                shadow=_shadow(proposal, new) if proposal is not None and not from_lookup else (0, 0),
+                shadow=shadow.first(proposal, new) if proposal is not None and not from_lookup else (0, 0),
                 extended=extended,
                 extended_match=extended_match,
+                chained=chained,
             )
             req.controller.observe(outcome)  # plain steps too: they keep T(0) fresh
             account(stats, plan, outcome, len(emit), time.perf_counter() - t_top)

@@ -262,6 +262,15 @@ class LookupPolicy:
             self._tried[row][i] += one
             self._accepted[row][i] += one if i < n_accepted else 0.0
 
+    def shadowed(self, match: int, first: tuple[int, int], chained: tuple[tuple[int, int, int], ...]) -> None:
+        """A step that verified no proposal (edgespec/core/shadow.py): its own proposal after a
+        `match`-token match scored (`first`: tokens scored, leading ones committed; (0, 0) for
+        none), then those lookup would have chained after it, each (match, scored, committed)."""
+        if first[0]:
+            self.record(match, *first)
+        for m, scored, held in chained:
+            self.record(m, scored, held)
+
     def idle(self, step_s: float = 0.0, verify_s: float = 0.0, plain: bool = False, fade: bool = True) -> None:
         """Any other step: with nothing scored (`fade`) lookup's evidence fades a little; a plain
         step measures the overhead and counts in `draftless_speed`."""

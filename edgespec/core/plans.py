@@ -44,6 +44,9 @@ class StepOutcome:
     bonus: float | None = None  # the same for the last step's bonus token, when its drafts were all accepted
     extended: int = 0  # of the k drafts, the last ones copied by prompt lookup after the model's (Plan.extend)
     extended_match: int = 0  # the matched n-gram length those followed
+    # the proposals lookup would have made after the first one's break, within what the step
+    # committed: (match, tokens scored, leading ones committed) each
+    chained: tuple[tuple[int, int, int], ...] = ()
 
     def split(self) -> tuple[int, int, int, int]:
         """(own drafts, own accepted, copied, copied accepted): a draft lookup finished, per
