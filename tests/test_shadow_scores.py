@@ -36,6 +36,13 @@ def test_the_chain_scores_the_copy_resumed_after_an_edit() -> None:
     assert len(index) == len(SOURCE) + len(new)
 
 
+def test_a_proposal_that_held_whole_is_followed_from_the_token_after_its_bonus() -> None:
+    index = _index()  # "10 11" again: the copy runs on with period 10, L_MAX tokens a proposal
+    new = [10 + (2 + j) % 10 for j in range(40)]
+    # the first holds 16 and its bonus is token 16; the next from 17 holds 16, the last 6 of 6
+    assert chain(index, index.propose(L_MAX), new) == ((16, 16, 16), (16, 6, 6))
+
+
 def _walked(new: list[int]) -> list[tuple[int, int, int]]:
     """Lookup drafting `new` itself, L_MAX tokens a step: each step's (match, scored, held), the
     first step's left out (it is the step's own proposal, scored apart)."""
@@ -69,7 +76,8 @@ def test_after_the_chain_the_index_is_the_one_a_plain_append_gives() -> None:
         chain(index, index.propose(L_MAX), new)
         plain.append(new)
         # the same tokens and occurrences (its look-ups may have learnt a replacement, as lookup
-        # steps would have: edgespec/core/replacements.py)
+        # steps would have: edgespec/core/replacements.py); with a window small enough to evict
+        # within the step, the pieces evict where lookup's own steps would, not where one append does
         assert (index._toks, index._head, index._prev) == (plain._toks, plain._head, plain._prev)
 
 
@@ -97,7 +105,7 @@ def test_model_steps_report_the_chained_proposals_within_what_they_committed() -
     prompt, greedy = [1, 5, 9, 13, 21, 30, 44, 5, 9], SamplingParams(temperature=0.0)
     steps = list(decode(dec, prompt, greedy, ctrl, max_tokens=150, rng=np.random.default_rng(0)))
     chained = [(o, s) for o, s in zip(ctrl.outcomes, steps) if o.chained]
-    assert chained and all(o.source == "model" for o, _ in chained)
+    assert chained
     for o, step in chained:
         left = len(step.tokens) - o.shadow[1] - 1  # committed after the first proposal's bonus token
         for _, scored, held in o.chained:
@@ -123,3 +131,14 @@ def test_chained_scores_teach_lookup_as_lookup_steps_would() -> None:
         return ctrl.lookup.alpha(4)[5]
 
     assert after(((4, 10, 9), (4, 10, 9))) > after(()) + 0.1
+
+
+def test_a_step_lookup_finished_is_not_chained() -> None:
+    # its copied tokens were verified and scored as lookup's (StepOutcome.extended): scored again
+    # by the chain they would count twice
+    from tests.test_lookup_tail import Extending, hybrid, run
+
+    ctrl = Extending(3)
+    run(hybrid(), ctrl, n=120)
+    extended = [o for o in ctrl.outcomes if o.extended]
+    assert extended and not any(o.chained for o in extended)

@@ -368,7 +368,7 @@ class AdaptiveK:
         own, own_accepted, copied, copied_accepted = o.split()  # a draft lookup finished: each part to its source
         copy_scored = copied and own_accepted == own
         self.lookup.shadowed(o.match, o.shadow, o.chained)
-        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not (o.shadow[0] or copy_scored))
+        self.lookup.idle(o.step_s, o.verify_s, plain=o.k == 0, fade=not (o.shadow[0] or o.chained or copy_scored))
         if o.bonus is not None:
             self.acc.now.observe_bonus(o.bonus)
         if o.scores:

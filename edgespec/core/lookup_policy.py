@@ -265,7 +265,9 @@ class LookupPolicy:
     def shadowed(self, match: int, first: tuple[int, int], chained: tuple[tuple[int, int, int], ...]) -> None:
         """A step that verified no proposal (edgespec/core/shadow.py): its own proposal after a
         `match`-token match scored (`first`: tokens scored, leading ones committed; (0, 0) for
-        none), then those lookup would have chained after it, each (match, scored, committed)."""
+        none), then those lookup would have chained after it, each (match, scored, committed).
+        Each fades the evidence as the lookup step it stands for would have: a model step that
+        lookup would have taken in four steps counts as four."""
         if first[0]:
             self.record(match, *first)
         for m, scored, held in chained:
