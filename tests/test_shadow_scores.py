@@ -14,6 +14,7 @@ from edgespec.core.sampling import SamplingParams
 from edgespec.core.shadow import CHAIN_MAX, chain
 from tests.fakes import FakeModel, decode
 from tests.test_lookup_policy import cpu_like
+from tests.test_lookup_tail import Extending, hybrid, run
 
 SOURCE = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 10, 11]  # ends in "10 11", seen at its start
 
@@ -136,8 +137,6 @@ def test_chained_scores_teach_lookup_as_lookup_steps_would() -> None:
 def test_a_step_lookup_finished_is_not_chained() -> None:
     # its copied tokens were verified and scored as lookup's (StepOutcome.extended): scored again
     # by the chain they would count twice
-    from tests.test_lookup_tail import Extending, hybrid, run
-
     ctrl = Extending(3)
     run(hybrid(), ctrl, n=120)
     extended = [o for o in ctrl.outcomes if o.extended]
